@@ -1,0 +1,57 @@
+"""Start-up hook of lm-eval-robust, imported by ``lm_eval_robust_hook.pth``.
+
+lm-eval 0.4.13 has no plugin discovery, so this module installs a tiny import hook that does
+nothing until ``lm_eval.models`` or ``lm_eval.tasks.manager`` is imported; right after either
+finishes loading it calls ``lm_eval_robust._plugin`` to register the ``debiased_hf`` model and our
+task directory. Interpreters that never import lm_eval pay for one small import and nothing else.
+Set ``LM_EVAL_ROBUST_NO_HOOK=1`` to switch it off.
+"""
+
+# Only the builtin-backed ``os`` and ``sys`` are imported here: ``importlib.abc`` alone would cost
+# ~10 ms at every interpreter start, so the finder and loader are duck-typed.
+import os
+import sys
+
+_WATCHED = ("lm_eval.models", "lm_eval.tasks.manager")
+
+
+class _ThenRegister:
+    """Loader wrapper: run the real loader, then register our plugin with the fresh module."""
+
+    def __init__(self, inner, name):  # type: ignore[no-untyped-def]
+        self._inner = inner
+        self._name = name
+
+    def create_module(self, spec):  # type: ignore[no-untyped-def]
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):  # type: ignore[no-untyped-def]
+        self._inner.exec_module(module)
+        from lm_eval_robust import _plugin
+
+        _plugin.on_import(self._name, module)
+
+
+class _Finder:
+    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+        if fullname not in _WATCHED:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenRegister(spec.loader, fullname)
+                return spec
+        return None
+
+
+def install():  # type: ignore[no-untyped-def]
+    if os.environ.get("LM_EVAL_ROBUST_NO_HOOK"):
+        return
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+install()

@@ -1,0 +1,90 @@
+"""How lm-eval finds our model, tasks and metrics.
+
+lm-eval 0.4.13 has no plugin discovery. Three routes lead here:
+
+* the start-up hook (``_lm_eval_robust_hook``, installed as a .pth file) calls :func:`on_import`
+  right after ``lm_eval.models`` / ``lm_eval.tasks.manager`` load, so plain ``lm_eval --model
+  debiased_hf --tasks ni065_format_pert`` works with no flags while ``--model hf`` and every
+  built-in task keep working (we register *after* the built-ins, never instead of them);
+* ``lm-eval-robust run ...`` calls :func:`register` explicitly before running the harness CLI;
+* Python users call :func:`register`, or pass ``TaskManager(include_path=task_dir())``.
+
+The entry points declared in pyproject.toml (``lm_eval.models``, ``lm_eval.tasks``, metrics and
+aggregations) are what upstream releases after 0.4.13 read; they point at the same objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+MODEL_NAME = "debiased_hf"
+MODEL_TARGET = "lm_eval_robust.model:DebiasedHFLM"
+
+
+def task_dir() -> str:
+    """Directory holding our task YAMLs (installed as ``lm_eval_robust/task_yamls``)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "task_yamls", here.parent / "task_yamls"):
+        if (candidate / "_ni_yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(
+        "lm-eval-robust: task YAML directory not found; reinstall with `pip install lm-eval-robust`"
+    )
+
+
+def register_model() -> None:
+    """Register ``debiased_hf`` lazily (a placeholder; the class imports on first use)."""
+    import lm_eval.models  # noqa: F401  (fills the built-ins first)
+    from lm_eval.api.registry import model_registry
+
+    if MODEL_NAME not in model_registry:
+        model_registry.register(MODEL_NAME, target=MODEL_TARGET)
+
+
+def _with_our_tasks(init: Any) -> Any:
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        if bound.arguments.get("include_defaults", True):
+            paths = bound.arguments.get("include_path")
+            if paths is None:
+                paths = []
+            elif not isinstance(paths, (list, tuple)):
+                paths = [paths]
+            ours = task_dir()
+            if ours not in [str(p) for p in paths]:
+                bound.arguments["include_path"] = [*paths, ours]
+        init(*bound.args, **bound.kwargs)
+
+    __init__.__lm_eval_robust__ = True  # type: ignore[attr-defined]
+    return __init__
+
+
+def register_tasks(manager_module: ModuleType | None = None) -> None:
+    """Make every ``TaskManager`` that includes the built-in tasks include ours too."""
+    if manager_module is None:
+        import lm_eval.tasks.manager as manager_module
+    cls = manager_module.TaskManager
+    if not getattr(cls.__init__, "__lm_eval_robust__", False):
+        cls.__init__ = _with_our_tasks(cls.__init__)
+
+
+def register() -> None:
+    """Register the model and the tasks with an imported lm-eval."""
+    register_model()
+    register_tasks()
+
+
+def on_import(name: str, module: ModuleType) -> None:
+    """Called by the start-up hook right after a watched lm-eval module has loaded."""
+    if name == "lm_eval.models":
+        register_model()
+    elif name == "lm_eval.tasks.manager":
+        register_tasks(module)

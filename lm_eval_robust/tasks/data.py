@@ -1,0 +1,93 @@
+"""Where task data comes from: a local directory, or the canonical online source.
+
+Resolution order: the ``data_dir`` task metadata (``--metadata data_dir=...``), then the
+``LM_EVAL_ROBUST_DATA_DIR`` environment variable, then a download from the canonical repository
+into the cache. A local directory may be the data root (holding ``natural-instructions/``), the
+``natural-instructions`` folder, or its ``tasks`` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lm_eval_robust.offline_models import cache_dir
+
+ENV_VAR = "LM_EVAL_ROBUST_DATA_DIR"
+NI_URL = "https://raw.githubusercontent.com/allenai/natural-instructions/master/tasks/{name}.json"
+
+
+class DataError(FileNotFoundError):
+    """Data that cannot be found or read; the message says how to fix it."""
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """The local data root to use, or None to read the canonical online source."""
+    chosen = data_dir if data_dir not in (None, "") else os.environ.get(ENV_VAR) or None
+    if chosen is None:
+        return None
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise DataError(
+            f"data directory {str(path)!r} does not exist; pass an existing folder with "
+            f"--metadata data_dir=DIR or set {ENV_VAR}"
+        )
+    return path
+
+
+def _ni_candidates(root: Path, name: str) -> list[Path]:
+    return [
+        root / "natural-instructions" / "tasks" / f"{name}.json",
+        root / "tasks" / f"{name}.json",
+        root / f"{name}.json",
+    ]
+
+
+def _download(url: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            payload = resp.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DataError(
+            f"could not download {url} ({exc}); point at a local copy with "
+            f"--metadata data_dir=DIR or {ENV_VAR}=DIR"
+        ) from None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(payload)
+    os.replace(tmp, target)
+
+
+def load_ni_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The parsed JSON of NI task file ``name`` (e.g. ``task065_...``)."""
+    root = resolve_data_dir(data_dir)
+    if root is not None:
+        for path in _ni_candidates(root, name):
+            if path.is_file():
+                return _read_json(path)
+        raise DataError(
+            f"task file {name}.json not found under {str(root)!r} (looked in "
+            f"natural-instructions/tasks/, tasks/ and the folder itself); point data_dir at the "
+            "folder that holds natural-instructions/"
+        )
+    cached = cache_dir() / "data" / "natural-instructions" / f"{name}.json"
+    if not cached.is_file():
+        _download(NI_URL.format(name=name), cached)
+    return _read_json(cached)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)  # NI files may hold NaN (task158's URL); json accepts it
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not valid JSON ({exc}); replace the file") from None
+    if not isinstance(data, dict) or "Instances" not in data or "Definition" not in data:
+        raise DataError(f"{path} is not a Natural Instructions task file (no Instances/Definition)")
+    return data

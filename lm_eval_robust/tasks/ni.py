@@ -1,0 +1,440 @@
+"""Perturbed Natural Instructions tasks: examples, prompts, docs and per-doc results.
+
+One code path builds every prompt: an example rendered in a format, after the Definition and the
+demonstrations. The clean prompt is perturbation id 0 (the task's original format, no text edit);
+a format-perturbed prompt renders the same example in a sampled format; a text-perturbed prompt
+applies a seeded text perturbation to the clean prompt's unprotected segments. Every random choice
+is seeded from (task, seed, split, example id, perturbation id), so the same settings give
+byte-identical prompts in any process.
+
+Docs are ordered perturbation-round-major (every example's clean prompt, then every example's
+first perturbation, ...), so ``--limit`` keeps whole rounds over all examples.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from lm_eval_robust.perturb.format import (
+    Enumeration,
+    Format,
+    Node,
+    Spacing,
+    item_label,
+    render,
+    sample_formats,
+    split_formats,
+)
+from lm_eval_robust.perturb.rng import derive_seed, seeded_rng
+from lm_eval_robust.perturb.segments import Segment, join
+from lm_eval_robust.perturb.text import TEXT_PERTURBATIONS, TextPerturbConfig, perturb_segments
+from lm_eval_robust.tasks.data import load_ni_task
+from lm_eval_robust.tasks.specs import TaskSpec, Values, get_spec
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "test", "holdout")
+KINDS = ("clean", "format", "text")
+PROMPT_JOIN = "\n\n"
+
+
+class TaskConfigError(ValueError):
+    """A task setting that cannot be used; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class NIConfig:
+    """Protocol settings (paper, Section 4): all overridable with ``--metadata key=value``."""
+
+    n_examples: int = 200
+    n_perturbations: int = 200
+    n_shots: int = 2
+    seed: int = 1234
+    format_pool: int = 200
+    split_fractions: tuple[float, float, float] = (0.5, 0.35, 0.15)
+    text_rate: float = 0.05
+    text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
+    text_scope: str = "all"
+    data_dir: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> NIConfig:
+        def as_int(key: str, minimum: int) -> int:
+            raw = md.get(key, getattr(cls, key))
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise TaskConfigError(f"{key} must be an integer >= {minimum}, got {raw!r}")
+            try:
+                value = int(str(raw).strip()) if isinstance(raw, str) else int(raw)
+            except (TypeError, ValueError):
+                raise TaskConfigError(
+                    f"{key} must be an integer >= {minimum}, got {raw!r}; e.g. --metadata "
+                    f"{key}={max(minimum, 10)}"
+                ) from None
+            if value < minimum:
+                raise TaskConfigError(
+                    f"{key} must be an integer >= {minimum}, got {value}; e.g. --metadata "
+                    f"{key}={max(minimum, 10)}"
+                )
+            return value
+
+        kinds = md.get("text_kinds", cls.text_kinds)
+        if isinstance(kinds, str):
+            kinds = tuple(k.strip() for k in kinds.replace("+", ",").split(",") if k.strip())
+        unknown = [k for k in kinds if k not in TEXT_PERTURBATIONS]
+        if unknown:
+            raise TaskConfigError(
+                f"unknown text perturbation kind(s) {unknown}; known: {sorted(TEXT_PERTURBATIONS)}"
+            )
+        try:
+            rate = float(md.get("text_rate", cls.text_rate))
+        except (TypeError, ValueError):
+            raise TaskConfigError(f"text_rate must be a number in (0, 1], got {md['text_rate']!r}")
+        data_dir = md.get("data_dir")
+        return cls(
+            n_examples=as_int("n_examples", 3),
+            n_perturbations=as_int("n_perturbations", 1),
+            n_shots=as_int("n_shots", 0),
+            seed=as_int("seed", 0),
+            format_pool=as_int("format_pool", 3),
+            text_rate=rate,
+            text_kinds=tuple(kinds),
+            text_scope=str(md.get("text_scope", cls.text_scope)),
+            data_dir=str(data_dir) if data_dir not in (None, "") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Example:
+    """One parsed NI instance."""
+
+    id: str
+    values: Values
+    gold: int
+
+
+def _instance_output(inst: Mapping[str, Any]) -> str:
+    out = inst.get("output")
+    if isinstance(out, list):
+        return str(out[0]) if out else ""
+    return str(out)
+
+
+def parse_example(spec: TaskSpec, ident: str, text: str, output: str) -> Example | None:
+    values = spec.parse(text)
+    if values is None:
+        return None
+    if spec.is_multiple_choice:
+        assert spec.gold_map is not None
+        gold = spec.gold_map(output)
+    else:
+        gold = spec.labels.index(output.strip()) if output.strip() in spec.labels else None
+    if gold is None:
+        return None
+    return Example(id=ident, values=values, gold=gold)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    spec: TaskSpec
+    definition: str
+    demos: tuple[Example, ...]
+    splits: Mapping[str, tuple[Example, ...]]
+    n_parsed: int
+    n_instances: int
+
+
+def _split_sizes(n: int, fractions: Sequence[float]) -> list[int]:
+    sizes = [int(round(n * f)) for f in fractions[:-1]]
+    sizes.append(n - sum(sizes))
+    return sizes
+
+
+def load_task_data(spec: TaskSpec, config: NIConfig) -> TaskData:
+    """Parse the task file, sample examples with a fixed seed and split them 50/35/15."""
+    raw = load_ni_task(spec.file, config.data_dir)
+    parsed: list[Example] = []
+    instances = raw["Instances"]
+    for inst in instances:
+        ex = parse_example(spec, str(inst.get("id")), str(inst["input"]), _instance_output(inst))
+        if ex is not None:
+            parsed.append(ex)
+    if len(parsed) < 3:
+        raise TaskConfigError(
+            f"{spec.short}: only {len(parsed)} of {len(instances)} instances of {spec.file} "
+            "could be parsed; the data file does not match the task's format"
+        )
+    n = min(config.n_examples, len(parsed))
+    if n < config.n_examples:
+        log.warning(
+            "%s: %d parsable instances, fewer than n_examples=%d; using all of them",
+            spec.short,
+            len(parsed),
+            config.n_examples,
+        )
+    order = list(range(len(parsed)))
+    seeded_rng("examples", spec.short, config.seed).shuffle(order)
+    chosen = [parsed[i] for i in order[:n]]
+    sizes = _split_sizes(n, config.split_fractions)
+    splits: dict[str, tuple[Example, ...]] = {}
+    start = 0
+    for name, size in zip(SPLITS, sizes, strict=True):
+        splits[name] = tuple(chosen[start : start + size])
+        start += size
+    demos: list[Example] = []
+    for i, pos in enumerate(raw.get("Positive Examples", [])):
+        if len(demos) >= config.n_shots:
+            break
+        ex = parse_example(spec, f"pos{i}", str(pos["input"]), str(pos["output"]))
+        if ex is not None:
+            demos.append(ex)
+    if len(demos) < config.n_shots:
+        raise TaskConfigError(
+            f"{spec.short}: only {len(demos)} usable positive examples for n_shots="
+            f"{config.n_shots}; lower n_shots"
+        )
+    definition = raw["Definition"][0] if isinstance(raw["Definition"], list) else raw["Definition"]
+    return TaskData(
+        spec=spec,
+        definition=str(definition),
+        demos=tuple(demos),
+        splits=splits,
+        n_parsed=len(parsed),
+        n_instances=len(instances),
+    )
+
+
+def _find_enumeration(node: Node, key: str, counter: list[int]) -> int | None:
+    if isinstance(node, Enumeration):
+        idx = counter[0]
+        counter[0] += 1
+        return idx if node.key == key else None
+    if isinstance(node, Spacing):
+        for child in node.children:
+            found = _find_enumeration(child, key, counter)
+            if found is not None:
+                return found
+    return None
+
+
+def option_labels(spec: TaskSpec, fmt: Format, n_options: int) -> list[str]:
+    """The option labels a format gives (MC) or the task's fixed label words."""
+    if not spec.is_multiple_choice:
+        return list(spec.labels)
+    assert spec.options_key is not None
+    idx = _find_enumeration(spec.structure, spec.options_key, [0])
+    if idx is None:
+        raise TaskConfigError(f"{spec.short}: no enumeration named {spec.options_key!r}")
+    return [item_label(fmt.enums[idx].number_format, i) for i in range(n_options)]
+
+
+def _protected_split(text: str, words: Sequence[str], role: str) -> list[Segment]:
+    """Split ``text`` so every occurrence of a label word is its own protected segment."""
+    if not words:
+        return [Segment(text, role=role)]
+    pattern = "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True))
+    rx = re.compile(rf"(?<![\w])({pattern})(?![\w])", re.IGNORECASE)
+    out: list[Segment] = []
+    pos = 0
+    for m in rx.finditer(text):
+        if m.start() > pos:
+            out.append(Segment(text[pos : m.start()], role=role))
+        out.append(Segment(m.group(0), protected=True, role="label"))
+        pos = m.end()
+    if pos < len(text):
+        out.append(Segment(text[pos:], role=role))
+    return out
+
+
+def definition_segments(data: TaskData, labels: Sequence[str]) -> list[Segment]:
+    spec = data.spec
+    if spec.instruction is None:
+        words = [*spec.labels, *spec.protect_words]
+        return _protected_split(data.definition, words, "definition")
+    out: list[Segment] = []
+    for part in re.split(r"(\{\d+\})", spec.instruction):
+        m = re.fullmatch(r"\{(\d+)\}", part)
+        if m:
+            out.append(Segment(labels[int(m.group(1))], protected=True, role="label"))
+        elif part:
+            out.append(Segment(part, role="definition"))
+    return out
+
+
+def _n_options(data: TaskData) -> int:
+    key = data.spec.options_key
+    if key is None:
+        return len(data.spec.labels)
+    ex = data.demos[0] if data.demos else next(e for s in data.splits.values() for e in s)
+    return len(ex.values[key])
+
+
+def _retag(segments: Sequence[Segment], prefix: str) -> list[Segment]:
+    return [replace(s, role=f"{prefix}:{s.role}") for s in segments]
+
+
+def build_prompt(data: TaskData, fmt: Format, example: Example) -> tuple[list[Segment], list[str]]:
+    """Segments of the full prompt and the option/label strings for ``fmt``."""
+    spec = data.spec
+    labels = option_labels(spec, fmt, _n_options(data))
+    segs: list[Segment] = definition_segments(data, labels)
+    for demo in data.demos:
+        segs.append(Segment(PROMPT_JOIN, role="format"))
+        segs.extend(_retag(render(spec.structure, fmt, demo.values, labels[demo.gold]), "demo"))
+    segs.append(Segment(PROMPT_JOIN, role="format"))
+    segs.extend(_retag(render(spec.structure, fmt, example.values, None), "query"))
+    return segs, labels
+
+
+def scored_labels(spec: TaskSpec, labels: Sequence[str]) -> list[str]:
+    """The continuations scored for each label (the verbalizer when the task declares one)."""
+    if not spec.is_multiple_choice and spec.scored:
+        return list(spec.scored)
+    return list(labels)
+
+
+@lru_cache(maxsize=32)
+def format_splits(spec_short: str, pool: int, seed: int) -> dict[str, list[Format]]:
+    """The task's sampled formats, split disjointly 50/35/15 (clean format excluded)."""
+    spec = get_spec(spec_short)
+    formats = sample_formats(
+        spec.structure,
+        pool,
+        seed=derive_seed("formats", spec.short, seed),
+        exclude=(spec.clean_format,),
+    )
+    return split_formats(formats, seed=derive_seed("format-split", spec.short, seed))
+
+
+def _format_schedule(
+    formats: Sequence[Format], k: int, rng_parts: tuple[object, ...]
+) -> list[Format]:
+    """K formats for one example: a seeded permutation of the split's pool, cycled if K > pool."""
+    if not formats:
+        raise TaskConfigError("no formats in this split; raise format_pool")
+    order = list(range(len(formats)))
+    seeded_rng(*rng_parts).shuffle(order)
+    return [formats[order[i % len(order)]] for i in range(k)]
+
+
+def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[str, Any]]:
+    """All docs of one task variant: clean prompts, then perturbation rounds."""
+    if kind not in KINDS:
+        raise TaskConfigError(f"unknown perturbation kind {kind!r}; use one of {list(KINDS)}")
+    if split not in SPLITS:
+        raise TaskConfigError(f"unknown split {split!r}; use one of {list(SPLITS)}")
+    spec = get_spec(task)
+    data = load_task_data(spec, config)
+    examples = data.splits[split]
+    if not examples:
+        raise TaskConfigError(f"{spec.short}: split {split!r} is empty; raise n_examples")
+    k = 0 if kind == "clean" else config.n_perturbations
+    text_cfg = (
+        TextPerturbConfig(kinds=config.text_kinds, rate=config.text_rate, scope=config.text_scope)
+        if kind == "text"
+        else None
+    )
+    pool = (
+        format_splits(spec.short, config.format_pool, config.seed)[split]
+        if kind == "format"
+        else []
+    )
+    rounds: list[list[dict[str, Any]]] = [[] for _ in range(k + 1)]
+    for ex in examples:
+        clean_segs, clean_labels = build_prompt(data, spec.clean_format, ex)
+        base = {
+            "task": spec.short,
+            "kind": kind,
+            "split": split,
+            "example_id": ex.id,
+            "gold": ex.gold,
+        }
+        rounds[0].append(
+            _doc(base, spec, 0, "clean", spec.clean_format.format_id, clean_segs, clean_labels)
+        )
+        if kind == "format":
+            schedule = _format_schedule(
+                pool, k, ("format-schedule", spec.short, config.seed, split, ex.id)
+            )
+            for j, fmt in enumerate(schedule, start=1):
+                segs, labels = build_prompt(data, fmt, ex)
+                rounds[j].append(_doc(base, spec, j, "format", fmt.format_id, segs, labels))
+        elif kind == "text":
+            assert text_cfg is not None
+            for j in range(1, k + 1):
+                rng = seeded_rng("text", spec.short, config.seed, split, ex.id, j)
+                segs, pkind = perturb_segments(clean_segs, text_cfg, rng)
+                rounds[j].append(
+                    _doc(base, spec, j, pkind, spec.clean_format.format_id, segs, clean_labels)
+                )
+    return [doc for rnd in rounds for doc in rnd]
+
+
+def _doc(
+    base: Mapping[str, Any],
+    spec: TaskSpec,
+    pert_id: int,
+    pert_kind: str,
+    format_id: str,
+    segments: Sequence[Segment],
+    labels: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        **base,
+        "pert_id": pert_id,
+        "pert_kind": pert_kind,
+        "format_id": format_id,
+        "prompt": join(segments),
+        "labels": list(labels),
+        "choices": [" " + s for s in scored_labels(spec, labels)],
+    }
+
+
+def load_dataset(**kwargs: Any) -> Any:
+    """``custom_dataset`` entry point: called by the harness with metadata and dataset_kwargs."""
+    import datasets
+
+    task = kwargs.pop("lmer_task")
+    kind = kwargs.pop("lmer_kind")
+    split = kwargs.pop("lmer_split")
+    config = NIConfig.from_metadata(kwargs)
+    docs = build_docs(task, kind, split, config)
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
+
+
+def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, Any]:
+    """Per-doc values for every metric: ids travel with the values (order-free aggregation)."""
+    lls = [float(r[0]) for r in results]
+    gold = int(doc["gold"])
+    pred = max(range(len(lls)), key=lambda i: (lls[i], -i))
+    others = [v for i, v in enumerate(lls) if i != gold]
+    margin = lls[gold] - max(others) if others else math.inf
+    item = {
+        "task": doc["task"],
+        "example_id": doc["example_id"],
+        "pert_id": int(doc["pert_id"]),
+        "gold": gold,
+        "pred": pred,
+        "margin": margin,
+        "ll": lls,
+    }
+    keys = METRICS_CLEAN if doc["kind"] == "clean" else METRICS_PERT
+    return {k: item for k in keys}
+
+
+METRICS_CLEAN: tuple[str, ...] = ("bac_clean", "acc_clean", "maj_share_clean")
+METRICS_PERT: tuple[str, ...] = (
+    "bac_clean",
+    "bac_pert",
+    "delta_drop",
+    "acc_clean",
+    "acc_pert",
+    "maj_share_clean",
+    "maj_share_pert",
+)
