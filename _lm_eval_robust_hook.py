@@ -7,10 +7,19 @@ task directory. Interpreters that never import lm_eval pay for one small import 
 Set ``LM_EVAL_ROBUST_NO_HOOK=1`` to switch it off.
 """
 
-# Only the builtin-backed ``os`` and ``sys`` are imported here: ``importlib.abc`` alone would cost
-# ~10 ms at every interpreter start, so the finder and loader are duck-typed.
+from __future__ import annotations
+
+# Only ``os`` and ``sys`` (already loaded at start-up) are imported at run time: ``importlib.abc``
+# alone would cost ~10 ms at every interpreter start, so the finder and loader are duck-typed.
 import os
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
 
 _WATCHED = ("lm_eval.models", "lm_eval.tasks.manager")
 
@@ -18,14 +27,15 @@ _WATCHED = ("lm_eval.models", "lm_eval.tasks.manager")
 class _ThenRegister:
     """Loader wrapper: run the real loader, then register our plugin with the fresh module."""
 
-    def __init__(self, inner, name):  # type: ignore[no-untyped-def]
+    def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
         self._name = name
 
-    def create_module(self, spec):  # type: ignore[no-untyped-def]
-        return self._inner.create_module(spec)
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = self._inner.create_module(spec)
+        return module
 
-    def exec_module(self, module):  # type: ignore[no-untyped-def]
+    def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
         from lm_eval_robust import _plugin
 
@@ -33,21 +43,23 @@ class _ThenRegister:
 
 
 class _Finder:
-    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname not in _WATCHED:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
-            spec = finder.find_spec(fullname, path, target)
+            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenRegister(spec.loader, fullname)
+                    spec.loader = _ThenRegister(spec.loader, fullname)  # type: ignore[assignment]
                 return spec
         return None
 
 
-def install():  # type: ignore[no-untyped-def]
+def install() -> None:
     if os.environ.get("LM_EVAL_ROBUST_NO_HOOK"):
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):

@@ -11,7 +11,7 @@ __all__ = ["__version__", "register", "task_dir"]
 
 
 def register() -> None:
-    """Register ``debiased_hf`` and our tasks with lm-eval (needed only without the start-up hook)."""
+    """Register ``debiased_hf`` and our tasks with lm-eval (only needed without the hook)."""
     from lm_eval_robust._plugin import register as _register
 
     _register()

@@ -70,7 +70,9 @@ def _with_our_tasks(init: Any) -> Any:
 def register_tasks(manager_module: ModuleType | None = None) -> None:
     """Make every ``TaskManager`` that includes the built-in tasks include ours too."""
     if manager_module is None:
-        import lm_eval.tasks.manager as manager_module
+        import lm_eval.tasks.manager
+
+        manager_module = lm_eval.tasks.manager
     cls = manager_module.TaskManager
     if not getattr(cls.__init__, "__lm_eval_robust__", False):
         cls.__init__ = _with_our_tasks(cls.__init__)

@@ -25,12 +25,13 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.offline_models import resolve_pretrained
 
 log = logging.getLogger(__name__)
 
 
-class LabelTokenError(ValueError):
+class LabelTokenError(UserError):
     """Labels of one of our tasks that are not distinct single tokens for this tokenizer."""
 
 
@@ -43,7 +44,7 @@ def last_positions_head(
     Installed as a forward pre-hook on ``model.get_output_embeddings()`` and removed on exit, so
     the model's own forward, including anything it does after the head, runs unchanged.
     """
-    head = model.get_output_embeddings()
+    head = model.get_output_embeddings()  # type: ignore[operator]
     if head is None:
         raise TypeError(f"{type(model).__name__} has no output embeddings; use --model hf")
     captured: dict[str, torch.Tensor] = {}

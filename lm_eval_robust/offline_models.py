@@ -65,7 +65,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Pat
         )
         # transformers refuses to save a model "quantized with gguf"; the weights are already
         # dequantised, so drop the quantizer record first.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp))

@@ -1,7 +1,7 @@
 """Per-neuron robustness radii from per-example perturbation statistics (paper Section 3, App. B).
 
-For label neuron ``i`` and example ``x`` with perturbed variants ``x̂_j``, ``f_ji = M_i(x̂_j) − M_i(x)``.
-Over the ``m`` examples:
+For label neuron ``i`` and example ``x`` with perturbed variants ``x̂_j``,
+``f_ji = M_i(x̂_j) − M_i(x)``. Over the ``m`` examples:
 
 * ``C_i = max_x |mean_j f_ji|``  (perturbation-induced bias bound),
 * ``V_i = max_x var_j f_ji``     (variance bound),
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = [
     "ExampleStats",
@@ -52,7 +53,7 @@ class ExampleStats:
     var: np.ndarray
 
 
-def example_stats(f: np.ndarray, example_ids: np.ndarray, ddof: int = 0) -> ExampleStats:
+def example_stats(f: ArrayLike, example_ids: ArrayLike, ddof: int = 0) -> ExampleStats:
     """Group rows of ``f [rows, d]`` by ``example_ids [rows]``; mean and variance (``ddof``) per
     example. With ``ddof=1`` an example with one row has variance NaN (ignored by the maxima)."""
     fa = np.asarray(f, dtype=np.float64)
@@ -83,14 +84,14 @@ def example_stats(f: np.ndarray, example_ids: np.ndarray, ddof: int = 0) -> Exam
     return ExampleStats(example_ids=uniq, counts=counts, mean=mean, var=var)
 
 
-def eps_variance(C: np.ndarray, V: np.ndarray, m: int, phi: float) -> np.ndarray:
+def eps_variance(C: ArrayLike, V: ArrayLike, m: int, phi: float) -> np.ndarray:
     """``ε_V(φ) = C + sqrt(V·m/φ)`` (element-wise)."""
     _check_m_phi(m, phi)
     return np.asarray(C, np.float64) + np.sqrt(np.asarray(V, np.float64) * m / phi)
 
 
 def eps_lipschitz(
-    C: np.ndarray, gamma: np.ndarray | float, c: float, n: int, m: int, phi: float
+    C: ArrayLike, gamma: ArrayLike, c: float, n: int, m: int, phi: float
 ) -> np.ndarray:
     """``ε_L(φ) = C + c·γ·sqrt(2n·ln(2m/φ))`` (element-wise)."""
     _check_m_phi(m, phi)
@@ -126,12 +127,12 @@ class Radii:
 
 
 def robustness_radii(
-    f: np.ndarray,
-    example_ids: np.ndarray,
+    f: ArrayLike,
+    example_ids: ArrayLike,
     *,
     phi: float = 0.05,
     m: int | None = None,
-    gamma: np.ndarray | float | None = None,
+    gamma: ArrayLike | None = None,
     c: float | None = None,
     n: int | None = None,
     ddof: int = 0,
@@ -156,7 +157,7 @@ def robustness_radii(
     return out
 
 
-def percentage_decrease(before: np.ndarray, after: np.ndarray) -> float:
+def percentage_decrease(before: ArrayLike, after: ArrayLike) -> float:
     """``p_ε = mean_i 100·(before_i − after_i)/before_i``; neurons with ``before_i = 0`` are left
     out (NaN if none is left). Negative values mean the radii expanded."""
     b = np.asarray(before, np.float64).reshape(-1)
@@ -210,10 +211,10 @@ class PerturbationBound:
 
 
 def perturbation_bound(
-    x_pert: np.ndarray,
-    example_ids: np.ndarray,
-    x_clean: np.ndarray,
-    clean_ids: np.ndarray,
+    x_pert: ArrayLike,
+    example_ids: ArrayLike,
+    x_clean: ArrayLike,
+    clean_ids: ArrayLike,
     chunk: int = 4096,
 ) -> PerturbationBound:
     """Estimate the coordinate-wise perturbation bound ``c`` of Assumption A.1 from features.
@@ -241,15 +242,20 @@ def perturbation_bound(
     pos_ok = np.minimum(np.searchsorted(sorted_c, ids), len(sorted_c) - 1)
     missing = sorted_c[pos_ok] != ids
     if np.any(missing):
-        raise ValueError(f"{int(np.sum(missing))} perturbed rows have no clean row for their example")
+        raise ValueError(
+            f"{int(np.sum(missing))} perturbed rows have no clean row for their example"
+        )
     clean_row = order[pos_ok]
     best, best_row, best_coord = -1.0, -1, -1
     for s in range(0, xp.shape[0], chunk):
         diff = np.abs(
-            np.asarray(xp[s : s + chunk], np.float64) - np.asarray(xc[clean_row[s : s + chunk]], np.float64)
+            np.asarray(xp[s : s + chunk], np.float64)
+            - np.asarray(xc[clean_row[s : s + chunk]], np.float64)
         )
         if not np.isfinite(diff).all():
-            raise ValueError("features contain NaN/inf; re-run collection in float32 or check the model")
+            raise ValueError(
+                "features contain NaN/inf; re-run collection in float32 or check the model"
+            )
         k = int(np.argmax(diff))
         r, col = divmod(k, diff.shape[1])
         if diff[r, col] > best:

@@ -10,8 +10,9 @@ example. The bias model is ``b(x̂) = ψ(x̂)W + β`` with
 ``W = (ΨᵀΨ + αΨ_cᵀΨ_c + λI)⁻¹ΨᵀF`` is solved from Gram matrices accumulated in float64 by
 :class:`GramAccumulator` (memory ``O(n²)`` whatever the number of rows), and
 ``β_i = ½(max_j R_ji + min_j R_ji)`` with ``R = F − ΨW`` from a second, streaming pass
-(:class:`ResidualRange`). ``λ`` penalises every coefficient, the intercept included, exactly as the
-paper's ``λI_{n+2}``. ``α`` may be negative (then ``H`` may be indefinite: :func:`solve` reports it).
+(:class:`ResidualRange`). ``λ`` penalises every coefficient, the intercept included, exactly as
+the paper's ``λI_{n+2}``. ``α`` may be negative (then ``H`` may be indefinite: :func:`solve`
+reports it).
 
 Pure numpy/scipy; nothing here knows about models or the harness.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsyrk
 from scipy.linalg.lapack import dpocon
@@ -76,7 +78,7 @@ def psi_dim(n: int, psi: str) -> int:
     return n + 1 if psi == "linear" else n + 2
 
 
-def psi_features(x: np.ndarray, psi: str = "linear") -> np.ndarray:
+def psi_features(x: ArrayLike, psi: str = "linear") -> np.ndarray:
     """ψ(x) in float64: ``[x, 1]`` (linear) or ``[x, ‖x‖₂, 1]`` (norm), one row per row of x."""
     _check_psi(psi)
     x = np.asarray(x)
@@ -119,13 +121,18 @@ def _bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_finite(name: str, a: np.ndarray) -> None:
-    """One-line ValueError naming the array and how many rows hold NaN / inf."""
-    if a.size == 0 or np.isfinite(a).all():
+def _check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
+    """One-line ValueError naming the array and how many rows hold NaN / inf (scanned in chunks)."""
+    nan_rows = inf_rows = 0
+    for s in range(0, a.shape[0], chunk):
+        part = a[s : s + chunk]
+        if np.isfinite(part).all():
+            continue
+        p2 = part.reshape(part.shape[0], -1)
+        nan_rows += int(np.isnan(p2).any(axis=1).sum())
+        inf_rows += int(np.isinf(p2).any(axis=1).sum())
+    if not (nan_rows or inf_rows):
         return
-    a2 = a.reshape(a.shape[0], -1)
-    nan_rows = int(np.isnan(a2).any(axis=1).sum())
-    inf_rows = int(np.isinf(a2).any(axis=1).sum())
     parts = []
     if nan_rows:
         parts.append(f"NaN in {nan_rows} rows")
@@ -180,15 +187,14 @@ class GramAccumulator:
         self.n_clean = 0
 
     # -- accumulation ------------------------------------------------------------------------
-    def add(self, x_pert: np.ndarray, f: np.ndarray) -> None:
+    def add(self, x_pert: ArrayLike, f: ArrayLike) -> None:
         """Accumulate perturbed rows: ΨᵀΨ += ψ(x̂)ᵀψ(x̂), ΨᵀF += ψ(x̂)ᵀf."""
         x = _as_2d("x_pert", x_pert, self.n)
         fa = _as_2d("f", f, self.d)
         if x.shape[0] != fa.shape[0]:
             raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
-        for s in range(0, x.shape[0], self.chunk):
-            _check_finite("x_pert", x[s : s + self.chunk])
-            _check_finite("f", fa[s : s + self.chunk])
+        _check_finite("x_pert", x, self.chunk)
+        _check_finite("f", fa, self.chunk)
         for s in range(0, x.shape[0], self.chunk):
             psi = psi_features(x[s : s + self.chunk], self.psi)
             # psi.T is F-contiguous [p, b]: dsyrk(trans=0) gives psiᵀpsi, upper triangle, in place.
@@ -196,11 +202,10 @@ class GramAccumulator:
             self._cross += psi.T @ np.asarray(fa[s : s + self.chunk], dtype=np.float64)
         self.n_rows += x.shape[0]
 
-    def add_clean(self, x_clean: np.ndarray) -> None:
+    def add_clean(self, x_clean: ArrayLike) -> None:
         """Accumulate clean rows for the Gram penalty: Ψ_cᵀΨ_c += ψ(x)ᵀψ(x)."""
         x = _as_2d("x_clean", x_clean, self.n)
-        for s in range(0, x.shape[0], self.chunk):
-            _check_finite("x_clean", x[s : s + self.chunk])
+        _check_finite("x_clean", x, self.chunk)
         if self._gram_clean is None:
             self._gram_clean = np.zeros((self.p, self.p), dtype=np.float64, order="F")
         for s in range(0, x.shape[0], self.chunk):
@@ -350,7 +355,7 @@ def _try_cholesky(h: np.ndarray, jitter: float, tol: float) -> np.ndarray | None
 # residual pass for β
 
 
-def beta_midpoint(residual_min: np.ndarray, residual_max: np.ndarray) -> np.ndarray:
+def beta_midpoint(residual_min: ArrayLike, residual_max: ArrayLike) -> np.ndarray:
     """``β_i = ½(max_j R_ji + min_j R_ji)``: minimises ``max_j |R_ji − β_i|``."""
     return 0.5 * (np.asarray(residual_max, np.float64) + np.asarray(residual_min, np.float64))
 
@@ -364,7 +369,7 @@ class ResidualRange:
         self.rmax = np.full(self.d, -np.inf)
         self.n_rows = 0
 
-    def update(self, x_pert: np.ndarray, f: np.ndarray, w: np.ndarray, chunk: int = 4096) -> None:
+    def update(self, x_pert: ArrayLike, f: ArrayLike, w: ArrayLike, chunk: int = 4096) -> None:
         x = _as_2d("x_pert", x_pert)
         fa = _as_2d("f", f, self.d)
         w = np.asarray(w, dtype=np.float64)
@@ -372,10 +377,10 @@ class ResidualRange:
             raise ValueError(f"W must be [p, {self.d}]; got shape {w.shape}")
         if x.shape[0] != fa.shape[0]:
             raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
+        _check_finite("x_pert", x, chunk)
+        _check_finite("f", fa, chunk)
         for s in range(0, x.shape[0], chunk):
             xc, fc = x[s : s + chunk], fa[s : s + chunk]
-            _check_finite("x_pert", xc)
-            _check_finite("f", fc)
             r = np.asarray(fc, dtype=np.float64) - _bias_from_w(xc, w)
             np.minimum(self.rmin, r.min(axis=0), out=self.rmin)
             np.maximum(self.rmax, r.max(axis=0), out=self.rmax)
@@ -412,9 +417,9 @@ class RidgeFit:
 
 
 def fit_ridge(
-    x_pert: np.ndarray,
-    f: np.ndarray,
-    x_clean: np.ndarray | None = None,
+    x_pert: ArrayLike,
+    f: ArrayLike,
+    x_clean: ArrayLike | None = None,
     lam: float = 1.0,
     alpha: float = 0.0,
     psi: str = "linear",
@@ -442,12 +447,13 @@ def fit_ridge(
     )
 
 
-def predict_bias(fit: RidgeFit, x: np.ndarray) -> np.ndarray:
+def predict_bias(fit: RidgeFit, x: ArrayLike) -> np.ndarray:
     """``ψ(x)W + β``, float64 ``[b, d]``."""
     x = _as_2d("x", x)
     if psi_dim(x.shape[1], fit.psi) != fit.W.shape[0]:
         raise ValueError(
-            f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows (psi={fit.psi})"
+            f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows "
+            f"(psi={fit.psi})"
         )
     return _bias_from_w(x, fit.W) + fit.beta
 
@@ -456,7 +462,7 @@ def predict_bias(fit: RidgeFit, x: np.ndarray) -> np.ndarray:
 # metrics and folds
 
 
-def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+def balanced_accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Mean over the classes present in ``y_true`` of the per-class recall (NaN when empty)."""
     yt = np.asarray(y_true)
     yp = np.asarray(y_pred)
@@ -469,7 +475,7 @@ def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(np.mean(recalls))
 
 
-def grouped_folds(example_ids: np.ndarray, n_folds: int = 5, seed: int = 0) -> np.ndarray:
+def grouped_folds(example_ids: ArrayLike, n_folds: int = 5, seed: int = 0) -> np.ndarray:
     """Fold index per row; every row of one example id lands in the same fold.
 
     The distinct ids are sorted, permuted with ``numpy.random.default_rng(seed)`` and dealt into
@@ -522,27 +528,27 @@ class Selection:
 
 _CRITERION = (
     "maximise the mean over grouped folds of the held-out perturbed-prompt balanced accuracy of "
-    "debiased logits; ties (within tie_tol) go to the smaller mean |clean-logit change| on held-out "
-    "clean prompts, then to the value of smaller magnitude"
+    "debiased logits; ties (within tie_tol) go to the smaller mean |clean-logit change| on "
+    "held-out clean prompts, then to the value of smaller magnitude"
 )
 
 
 def select_alpha(
-    x_pert: np.ndarray,
-    f: np.ndarray,
-    logits_pert: np.ndarray,
-    labels: np.ndarray,
-    example_ids: np.ndarray,
-    x_clean: np.ndarray,
-    logits_clean: np.ndarray,
-    clean_ids: np.ndarray,
+    x_pert: ArrayLike,
+    f: ArrayLike,
+    logits_pert: ArrayLike,
+    labels: ArrayLike,
+    example_ids: ArrayLike,
+    x_clean: ArrayLike,
+    logits_clean: ArrayLike,
+    clean_ids: ArrayLike,
     *,
     lam: float,
     alphas: Sequence[float] = ALPHA_GRID,
     psi: str = "linear",
     n_folds: int = 5,
     seed: int = 0,
-    labels_clean: np.ndarray | None = None,
+    labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
     chunk: int = 4096,
 ) -> Selection:
@@ -584,21 +590,21 @@ def select_alpha(
 
 
 def select_lambda(
-    x_pert: np.ndarray,
-    f: np.ndarray,
-    logits_pert: np.ndarray,
-    labels: np.ndarray,
-    example_ids: np.ndarray,
-    x_clean: np.ndarray,
-    logits_clean: np.ndarray,
-    clean_ids: np.ndarray,
+    x_pert: ArrayLike,
+    f: ArrayLike,
+    logits_pert: ArrayLike,
+    labels: ArrayLike,
+    example_ids: ArrayLike,
+    x_clean: ArrayLike,
+    logits_clean: ArrayLike,
+    clean_ids: ArrayLike,
     *,
     alpha: float = 0.0,
     lams_rel: Sequence[float] = LAMBDA_GRID_REL,
     psi: str = "linear",
     n_folds: int = 5,
     seed: int = 0,
-    labels_clean: np.ndarray | None = None,
+    labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
     chunk: int = 4096,
 ) -> Selection:
@@ -638,19 +644,19 @@ def _select(
     param: str,
     grid: np.ndarray,
     fixed: float,
-    x_pert: np.ndarray,
-    f: np.ndarray,
-    logits_pert: np.ndarray,
-    labels: np.ndarray,
-    example_ids: np.ndarray,
-    x_clean: np.ndarray,
-    logits_clean: np.ndarray,
-    clean_ids: np.ndarray,
+    x_pert: ArrayLike,
+    f: ArrayLike,
+    logits_pert: ArrayLike,
+    labels: ArrayLike,
+    example_ids: ArrayLike,
+    x_clean: ArrayLike,
+    logits_clean: ArrayLike,
+    clean_ids: ArrayLike,
     *,
     psi: str,
     n_folds: int,
     seed: int,
-    labels_clean: np.ndarray | None,
+    labels_clean: ArrayLike | None,
     tie_tol: float,
     chunk: int,
 ) -> Selection:
@@ -688,7 +694,7 @@ def _select(
 
     if labels_clean is None:
         # label of each clean example from its perturbed rows (-1: none; excluded from clean BAC)
-        first = {}
+        first: dict[Any, Any] = {}
         for i, lab in zip(ids.tolist(), y.tolist(), strict=True):
             first.setdefault(i, lab)
         yc = np.array([first.get(c, -1) for c in cids.tolist()])
@@ -748,7 +754,7 @@ def _select(
         ok = [i for i, w in enumerate(ws) if w is not None]
         if not ok:
             continue
-        w_all = np.concatenate([ws[i] for i in ok], axis=1)  # type: ignore[misc]
+        w_all = np.concatenate([w for w in ws if w is not None], axis=1)
         # β from the residual range on the fold's training rows
         rr = ResidualRange(w_all.shape[1])
         tr = fold != j

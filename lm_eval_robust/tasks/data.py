@@ -16,13 +16,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.offline_models import cache_dir
 
 ENV_VAR = "LM_EVAL_ROBUST_DATA_DIR"
 NI_URL = "https://raw.githubusercontent.com/allenai/natural-instructions/master/tasks/{name}.json"
 
 
-class DataError(FileNotFoundError):
+class DataError(UserError, FileNotFoundError):
     """Data that cannot be found or read; the message says how to fix it."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.perturb.format import (
     Enumeration,
     Format,
@@ -44,7 +45,7 @@ KINDS = ("clean", "format", "text")
 PROMPT_JOIN = "\n\n"
 
 
-class TaskConfigError(ValueError):
+class TaskConfigError(UserError):
     """A task setting that cannot be used; the message names it and the fix."""
 
 
@@ -95,7 +96,9 @@ class NIConfig:
         try:
             rate = float(md.get("text_rate", cls.text_rate))
         except (TypeError, ValueError):
-            raise TaskConfigError(f"text_rate must be a number in (0, 1], got {md['text_rate']!r}")
+            raise TaskConfigError(
+                f"text_rate must be a number in (0, 1], got {md['text_rate']!r}"
+            ) from None
         data_dir = md.get("data_dir")
         return cls(
             n_examples=as_int("n_examples", 3),
@@ -151,7 +154,7 @@ class TaskData:
 
 
 def _split_sizes(n: int, fractions: Sequence[float]) -> list[int]:
-    sizes = [int(round(n * f)) for f in fractions[:-1]]
+    sizes = [round(n * f) for f in fractions[:-1]]
     sizes.append(n - sum(sizes))
     return sizes
 

@@ -1,9 +1,9 @@
 """The Natural Instructions tasks we perturb: how to parse each instance into fields.
 
 Each task declares a format *structure* (fields, an options enumeration, the answer field), a
-regex that pulls the fields out of an NI ``input`` string, its label set, and — for multiple-choice
-tasks whose answer is an option marker — an instruction template whose ``{0}``, ``{1}``... are filled
-with the current format's option labels (the original Definition names fixed markers such as
+regex that pulls the fields out of an NI ``input`` string, its label set, and (for multiple-choice
+tasks whose answer is an option marker) an instruction template whose ``{0}``, ``{1}``... are
+filled with the current format's option labels (the original Definition names fixed markers such as
 "Option 1" or "A", which a format change renumbers). Instances that do not parse are skipped.
 
 Label words are scored as the first token after the answer cue. Where a label's first token is
@@ -17,10 +17,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.perturb.format import (
     Answer,
-    EnumFormat,
     Enumeration,
+    EnumFormat,
     Field,
     Format,
     Header,
@@ -401,5 +402,5 @@ def get_spec(name: str) -> TaskSpec:
     key = name.strip().lower().removeprefix("task").removeprefix("ni")
     short = f"ni{key}"
     if short not in SPECS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASK_ORDER)}")
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASK_ORDER)}")
     return SPECS[short]

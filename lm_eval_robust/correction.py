@@ -1,0 +1,599 @@
+"""A correction is data: one safetensors file with the fitted bias and the model it belongs to.
+
+``Correction`` holds the label-logit bias ``b(x) = ψ(x)W + β`` (``W`` None for a constant offset),
+the label tokens it applies to, the task, the fit's hyper-parameters and a fingerprint of the model
+(architecture, sizes, hashes of the output layer and tokenizer). :func:`save` writes one
+``.safetensors`` file atomically (tensors ``W`` and ``beta``; everything else as JSON under the
+metadata key ``"lm_eval_robust"``), :func:`load` reads it back with one-line
+:class:`CorrectionError` messages, :func:`check_fingerprint` refuses a correction fitted for
+another model, task or label set, and :func:`apply_correction` / :func:`merged_head_update` are the
+two equivalent ways to use it (a hook on the label logits, or new LM-head rows and bias).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .fit.ridge import PSI_KINDS, RidgeFit, psi_dim
+
+if TYPE_CHECKING:
+    import torch
+
+    from .fit.constant import ConstantSearch
+
+__all__ = [
+    "META_KEY",
+    "SCHEMA_VERSION",
+    "Correction",
+    "CorrectionError",
+    "apply_correction",
+    "check_fingerprint",
+    "load",
+    "merged_head_update",
+    "model_fingerprint",
+    "save",
+]
+
+META_KEY = "lm_eval_robust"
+SCHEMA_VERSION = 1
+_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
+#: fingerprint fields that identify a model (compared by :func:`check_fingerprint`)
+_COMPARED = (
+    "architecture",
+    "hidden_size",
+    "vocab_size",
+    "head_sha256",
+    "head_bias_sha256",
+    "tokenizer_sha256",
+)
+_FIT_HINT = "re-run `lm-eval-robust fit`"
+
+
+class CorrectionError(ValueError):
+    """A correction file or object that cannot be used here (one line saying why and the fix)."""
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return f"lm-eval-robust {version('lm-eval-robust')}"
+    except PackageNotFoundError:
+        pass
+    import importlib
+
+    pkg = importlib.import_module(__package__ or "lm_eval_robust")
+    ver = getattr(pkg, "__version__", None)
+    return f"lm-eval-robust {ver}" if ver else "lm-eval-robust (version unknown)"
+
+
+@dataclass(eq=False)
+class Correction:
+    """A fitted label-logit correction: debiased logits are ``M(x) − (ψ(x)W + β)``.
+
+    ``W`` is float ``[n+1, d]`` (``psi="linear"``, mergeable into the LM head) or ``[n+2, d]``
+    (``psi="norm"``), or None for an input-independent offset; ``beta`` is ``[d]``. Column ``k``
+    belongs to ``labels[k]`` / ``label_token_ids[k]``.
+    """
+
+    method: str
+    W: np.ndarray | None
+    beta: np.ndarray
+    label_token_ids: list[int]
+    labels: list[str]
+    task: str
+    psi: str = "linear"
+    lam: float | None = None
+    alpha: float | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    created_by: str = field(default_factory=_package_version)
+
+    @property
+    def d(self) -> int:
+        """Number of labels."""
+        return int(np.asarray(self.beta).shape[0])
+
+    @property
+    def n(self) -> int | None:
+        """Hidden size the correction expects (None for a constant offset without fingerprint)."""
+        if self.W is not None:
+            return int(self.W.shape[0]) - (1 if self.psi == "linear" else 2)
+        hs = self.fingerprint.get("hidden_size")
+        return int(hs) if hs is not None else None
+
+    @property
+    def mergeable(self) -> bool:
+        """True when the correction can be folded into the LM head (linear ψ or no W)."""
+        return self.W is None or self.psi == "linear"
+
+    def validate(self, where: str = "correction") -> None:
+        """Raise :class:`CorrectionError` naming the first inconsistent field or shape."""
+        if not isinstance(self.method, str) or not self.method:
+            raise CorrectionError(
+                f"{where}: method must be a non-empty string; got {self.method!r}"
+            )
+        if self.psi not in PSI_KINDS:
+            raise CorrectionError(f"{where}: psi must be one of {PSI_KINDS}; got {self.psi!r}")
+        beta = np.asarray(self.beta)
+        if beta.ndim != 1 or beta.shape[0] == 0:
+            raise CorrectionError(
+                f"{where}: beta must be a non-empty 1-D array; got shape {beta.shape}"
+            )
+        d = beta.shape[0]
+        if len(self.label_token_ids) != d or len(self.labels) != d:
+            raise CorrectionError(
+                f"{where}: beta has {d} entries but there are {len(self.label_token_ids)} label "
+                f"token ids and {len(self.labels)} labels"
+            )
+        if not np.issubdtype(beta.dtype, np.floating) or not np.isfinite(beta).all():
+            raise CorrectionError(f"{where}: beta must be finite floats")
+        if self.W is not None:
+            w = np.asarray(self.W)
+            if w.ndim != 2 or w.shape[1] != d:
+                raise CorrectionError(
+                    f"{where}: W must have shape [n+{1 if self.psi == 'linear' else 2}, {d}]; "
+                    f"got {w.shape}"
+                )
+            if not np.issubdtype(w.dtype, np.floating) or not np.isfinite(w).all():
+                raise CorrectionError(f"{where}: W must be finite floats")
+            if w.shape[0] < (2 if self.psi == "linear" else 3):
+                raise CorrectionError(
+                    f"{where}: W has too few rows ({w.shape[0]}) for psi={self.psi!r}"
+                )
+            hs = self.fingerprint.get("hidden_size")
+            if hs is not None and w.shape[0] != psi_dim(int(hs), self.psi):
+                raise CorrectionError(
+                    f"{where}: W has shape {w.shape} but psi={self.psi!r} with hidden size {hs} "
+                    f"needs ({psi_dim(int(hs), self.psi)}, {d})"
+                )
+
+    # -- constructors from fits ---------------------------------------------------------------
+    @classmethod
+    def from_ridge(
+        cls,
+        fit: RidgeFit,
+        *,
+        label_token_ids: list[int],
+        labels: list[str],
+        task: str,
+        fingerprint: dict[str, Any],
+        stats: dict[str, Any] | None = None,
+    ) -> Correction:
+        """A ``method="ridge"`` correction from :func:`~lm_eval_robust.fit.ridge.fit_ridge`."""
+        st: dict[str, Any] = {"n_rows": fit.n_rows, "n_clean": fit.n_clean}
+        if fit.residual_half_range is not None:
+            st["residual_half_range"] = [float(v) for v in fit.residual_half_range]
+        st.update(stats or {})
+        return cls(
+            method="ridge",
+            W=np.asarray(fit.W),
+            beta=np.asarray(fit.beta),
+            label_token_ids=[int(t) for t in label_token_ids],
+            labels=[str(s) for s in labels],
+            task=task,
+            psi=fit.psi,
+            lam=fit.lam,
+            alpha=fit.alpha,
+            fingerprint=dict(fingerprint),
+            stats=st,
+        )
+
+    @classmethod
+    def from_constant(
+        cls,
+        search: ConstantSearch,
+        *,
+        label_token_ids: list[int],
+        labels: list[str],
+        task: str,
+        fingerprint: dict[str, Any],
+        stats: dict[str, Any] | None = None,
+    ) -> Correction:
+        """A ``method="constant"`` correction (``β = [−b/2, +b/2]``) from a constant search."""
+        beta = search.beta()
+        if beta is None:
+            raise CorrectionError(f"constant search chose no offset: {search.reason}")
+        st: dict[str, Any] = {"b": search.b, "reason": search.reason, **(search.at_b or {})}
+        st.update(stats or {})
+        return cls(
+            method="constant",
+            W=None,
+            beta=beta,
+            label_token_ids=[int(t) for t in label_token_ids],
+            labels=[str(s) for s in labels],
+            task=task,
+            psi="linear",
+            fingerprint=dict(fingerprint),
+            stats=st,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# save / load
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def _metadata(c: Correction) -> str:
+    meta = {
+        "schema": SCHEMA_VERSION,
+        "method": c.method,
+        "label_token_ids": [int(t) for t in c.label_token_ids],
+        "labels": [str(s) for s in c.labels],
+        "task": c.task,
+        "psi": c.psi,
+        "lam": None if c.lam is None else float(c.lam),
+        "alpha": None if c.alpha is None else float(c.alpha),
+        "fingerprint": c.fingerprint,
+        "stats": c.stats,
+        "created_by": c.created_by,
+        "has_W": c.W is not None,
+    }
+    try:
+        return json.dumps(meta, sort_keys=True, ensure_ascii=False, default=_json_default)
+    except (TypeError, ValueError) as e:
+        raise CorrectionError(f"correction metadata is not JSON serialisable: {e}") from e
+
+
+def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
+    """Write ``correction`` to ONE safetensors file, atomically.
+
+    The bytes go to a temporary file in the target's directory, are fsynced, and replace the target
+    with ``os.replace``; on any failure the temporary file is removed and an existing target is left
+    untouched. Arrays keep their dtype (float64 from a ridge fit).
+    """
+    from safetensors.numpy import save as st_save
+
+    correction.validate()
+    target = Path(path)
+    tensors = {"beta": np.ascontiguousarray(correction.beta)}
+    if correction.W is not None:
+        tensors["W"] = np.ascontiguousarray(correction.W)
+    data = st_save(tensors, metadata={META_KEY: _metadata(correction)})
+    directory = target.parent if str(target.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # persist the rename (POSIX); not possible everywhere
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return target
+
+
+def _looks_like_pickle(head: bytes, p: Path) -> bool:
+    if head[:4] == b"PK\x03\x04":  # torch.save zip archive (holds a pickle)
+        return True
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # pickle protocol 2-5
+        return True
+    return p.suffix.lower() in _PICKLE_SUFFIXES
+
+
+def _header(raw: bytes) -> dict[str, Any] | None:
+    """The parsed safetensors JSON header, or None when ``raw`` is not laid out as safetensors."""
+    if len(raw) < 8:
+        return None
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    if hlen == 0 or 8 + hlen > len(raw) or raw[8:9] != b"{":
+        return None
+    try:
+        header = json.loads(raw[8 : 8 + hlen].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def load(path: str | os.PathLike[str]) -> Correction:
+    """Read a correction written by :func:`save`; :class:`CorrectionError` says what is wrong."""
+    from safetensors.numpy import load as st_load
+
+    p = Path(path)
+    if not p.exists():
+        raise CorrectionError(f"correction file not found: {p}")
+    if p.is_dir():
+        raise CorrectionError(f"{p} is a directory; expected a .safetensors correction file")
+    raw = p.read_bytes()
+    header = _header(raw)
+    if header is None:
+        if _looks_like_pickle(raw[:8], p):
+            raise CorrectionError(
+                f"{p} is a pickle file; corrections are safetensors files written by "
+                "`lm-eval-robust fit`"
+            )
+        raise CorrectionError(
+            f"{p} is not a valid safetensors file (truncated or corrupt header, {len(raw)} bytes); "
+            f"{_FIT_HINT} to write it again"
+        )
+    try:
+        tensors = st_load(raw)
+    except Exception as e:  # safetensors raises its own error types for bad offsets / truncation
+        msg = " ".join(str(e).split())
+        raise CorrectionError(
+            f"{p} is not a valid safetensors file (truncated or corrupt: {msg}); "
+            f"{_FIT_HINT} to write it again"
+        ) from e
+    meta_all = header.get("__metadata__") or {}
+    if META_KEY not in meta_all:
+        raise CorrectionError(
+            f"{p} has no '{META_KEY}' metadata: it is a safetensors file but not a correction "
+            "written by `lm-eval-robust fit`"
+        )
+    try:
+        meta = json.loads(meta_all[META_KEY])
+    except json.JSONDecodeError as e:
+        raise CorrectionError(f"{p}: '{META_KEY}' metadata is not valid JSON ({e.msg})") from e
+    if not isinstance(meta, dict):
+        raise CorrectionError(f"{p}: '{META_KEY}' metadata must be a JSON object")
+    schema = meta.get("schema")
+    if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+        raise CorrectionError(
+            f"{p} uses correction schema {schema!r}; this lm-eval-robust reads schema "
+            f"<= {SCHEMA_VERSION} (upgrade lm-eval-robust or {_FIT_HINT})"
+        )
+    required = ("method", "label_token_ids", "labels", "task", "psi")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        raise CorrectionError(f"{p}: metadata lacks {', '.join(missing)}; {_FIT_HINT}")
+    if "beta" not in tensors:
+        raise CorrectionError(f"{p} has no 'beta' tensor; {_FIT_HINT}")
+    w = tensors.get("W")
+    if meta.get("has_W", w is not None) and w is None:
+        raise CorrectionError(
+            f"{p}: metadata says the correction has W but the 'W' tensor is missing"
+        )
+    try:
+        corr = Correction(
+            method=meta["method"],
+            W=w,
+            beta=tensors["beta"],
+            label_token_ids=[int(t) for t in meta["label_token_ids"]],
+            labels=[str(s) for s in meta["labels"]],
+            task=str(meta["task"]),
+            psi=meta["psi"],
+            lam=meta.get("lam"),
+            alpha=meta.get("alpha"),
+            fingerprint=dict(meta.get("fingerprint") or {}),
+            stats=dict(meta.get("stats") or {}),
+            created_by=str(meta.get("created_by", "unknown")),
+        )
+    except (TypeError, ValueError) as e:
+        raise CorrectionError(f"{p}: malformed metadata ({e})") from e
+    corr.validate(where=str(p))
+    return corr
+
+
+# --------------------------------------------------------------------------------------------
+# fingerprint
+
+
+def _sha16(h: Any) -> str:
+    return str(h.hexdigest()[:16])
+
+
+def _hash_tensor(t: Any, rows_per_chunk: int = 4096) -> str:
+    """sha256 (16 hex) of a tensor's float32 C-contiguous bytes, hashed in row chunks."""
+    import torch
+
+    if t.device.type == "meta":
+        raise CorrectionError(
+            "the output layer's weights are on the meta device (not loaded); load the model "
+            "fully before fingerprinting it"
+        )
+    h = hashlib.sha256()
+    x = t.detach()
+    if x.ndim == 1:
+        h.update(x.to(torch.float32).contiguous().cpu().numpy().tobytes())
+        return _sha16(h)
+    for s in range(0, x.shape[0], rows_per_chunk):
+        h.update(x[s : s + rows_per_chunk].to(torch.float32).contiguous().cpu().numpy().tobytes())
+    return _sha16(h)
+
+
+def _tokenizer_sha(tokenizer: Any) -> str:
+    vocab = tokenizer.get_vocab()
+    items = sorted((str(k), int(v)) for k, v in vocab.items())
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    return _sha16(hashlib.sha256(text.encode("utf-8")))
+
+
+def model_fingerprint(model: Any, tokenizer: Any) -> dict[str, Any]:
+    """Identity of a HF causal LM for matching corrections.
+
+    ``architecture`` (``config.architectures[0]`` or ``model_type``), ``model_type``,
+    ``name_or_path`` (informative only), ``hidden_size`` and ``vocab_size`` (from the output
+    layer's weight shape), ``head_sha256`` (sha256 of ``get_output_embeddings().weight`` as float32
+    C-contiguous bytes, first 16 hex), ``head_bias_sha256`` (same for its bias, or None),
+    ``tokenizer_sha256`` (sha256 of the canonical JSON of the sorted ``get_vocab()`` items, first
+    16 hex) and ``tokenizer_vocab_size``.
+    """
+    cfg = getattr(model, "config", None)
+    archs = list(getattr(cfg, "architectures", None) or [])
+    model_type = getattr(cfg, "model_type", None)
+    head = model.get_output_embeddings()
+    if head is None or getattr(head, "weight", None) is None:
+        raise CorrectionError(
+            f"{type(model).__name__} has no output embeddings (LM head) to fingerprint"
+        )
+    weight = head.weight
+    vocab_rows, hidden = (int(s) for s in weight.shape)
+    bias = getattr(head, "bias", None)
+    vocab = tokenizer.get_vocab()
+    return {
+        "architecture": archs[0] if archs else (model_type or type(model).__name__),
+        "model_type": model_type,
+        "name_or_path": getattr(cfg, "_name_or_path", None) or None,
+        "hidden_size": hidden,
+        "vocab_size": vocab_rows,
+        "head_sha256": _hash_tensor(weight),
+        "head_bias_sha256": _hash_tensor(bias) if bias is not None else None,
+        "tokenizer_sha256": _tokenizer_sha(tokenizer),
+        "tokenizer_vocab_size": len(vocab),
+    }
+
+
+def _describe_model(fp: dict[str, Any]) -> str:
+    name = fp.get("name_or_path") or fp.get("architecture", "?")
+    head = str(fp.get("head_sha256", "?"))[:8]
+    arch, hidden = fp.get("architecture", "?"), fp.get("hidden_size", "?")
+    return f"{name} ({arch}, hidden {hidden}, head sha {head}…)"
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return (
+        s[:8] + "…"
+        if isinstance(v, str) and len(s) == 16 and all(ch in "0123456789abcdef" for ch in s)
+        else s
+    )
+
+
+def check_fingerprint(
+    correction: Correction,
+    fingerprint: dict[str, Any],
+    task: str | None = None,
+    label_token_ids: list[int] | None = None,
+) -> None:
+    """Raise :class:`CorrectionError` if ``correction`` belongs to another model, task or labels.
+
+    Compares the identity fields of the two fingerprints (``architecture``, ``hidden_size``,
+    ``vocab_size``, ``head_sha256``, ``head_bias_sha256``, ``tokenizer_sha256``; fields absent from
+    either side are skipped), then the task name and the label token ids (order matters: column
+    ``k`` of the correction is label ``k``).
+    """
+    want = correction.fingerprint or {}
+    compared = [k for k in _COMPARED if k in want and k in fingerprint]
+    if not compared:
+        raise CorrectionError(
+            "correction carries no model fingerprint, so it cannot be checked against this model; "
+            f"{_FIT_HINT} for this model"
+        )
+    diffs = [k for k in compared if want[k] != fingerprint[k]]
+    if diffs:
+        detail = ", ".join(f"{k} {_short(want[k])} vs {_short(fingerprint[k])}" for k in diffs)
+        raise CorrectionError(
+            f"correction was fitted for model {_describe_model(want)} but this model is "
+            f"{_describe_model(fingerprint)}: {detail}; {_FIT_HINT} for this model"
+        )
+    if task is not None and task != correction.task:
+        raise CorrectionError(
+            f"correction was fitted for task {correction.task!r} but is applied to task {task!r}; "
+            f"{_FIT_HINT} for task {task!r}"
+        )
+    if label_token_ids is not None:
+        given = [int(t) for t in label_token_ids]
+        if given != list(correction.label_token_ids):
+            raise CorrectionError(
+                f"correction label token ids {correction.label_token_ids} (labels "
+                f"{correction.labels}, task {correction.task!r}) differ from this task's label "
+                f"token ids {given}; {_FIT_HINT} for this task"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# use
+
+
+def apply_correction(
+    correction: Correction, hidden: torch.Tensor, label_logits: torch.Tensor
+) -> torch.Tensor:
+    """Debiased label logits ``label_logits − (ψ(hidden)W + β)``, computed and returned in float32.
+
+    ``hidden [..., n]`` is the LM head's input at the answer position, ``label_logits [..., d]``
+    the logits of ``correction.label_token_ids`` there; the result is on ``label_logits``' device.
+    """
+    import torch
+
+    lg = label_logits.to(torch.float32)
+    d = correction.d
+    if lg.shape[-1] != d:
+        raise CorrectionError(
+            f"label_logits has {lg.shape[-1]} columns but the correction has {d} labels "
+            f"{correction.labels}"
+        )
+    beta = torch.as_tensor(np.asarray(correction.beta), dtype=torch.float32, device=lg.device)
+    if correction.W is None:
+        return lg - beta
+    n = correction.n
+    h = hidden.to(device=lg.device, dtype=torch.float32)
+    if h.shape[-1] != n:
+        raise CorrectionError(
+            f"hidden states have size {h.shape[-1]} but the correction was fitted for hidden size "
+            f"{n}; {_FIT_HINT} for this model"
+        )
+    if h.shape[:-1] != lg.shape[:-1]:
+        raise CorrectionError(
+            f"hidden {tuple(h.shape)} and label_logits {tuple(lg.shape)} disagree on batch shape"
+        )
+    w = torch.as_tensor(np.asarray(correction.W), dtype=torch.float32, device=lg.device)
+    bias = h @ w[:n] + w[-1]
+    if correction.psi == "norm":
+        bias = bias + torch.linalg.vector_norm(h, dim=-1, keepdim=True) * w[n]
+    return lg - (bias + beta)
+
+
+def merged_head_update(
+    correction: Correction, head_weight: torch.Tensor, head_bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """New LM-head rows and bias for the label tokens, folding the correction into the head.
+
+    With ``ψ(x) = [x, 1]``: ``rows_new = rows − W[:n]ᵀ`` and ``bias_new = bias − (W[n] + β)``
+    (a missing head bias counts as 0; the caller must then add a bias to the head). Returned as
+    float32 ``[d, n]`` and ``[d]`` on ``head_weight``'s device; cast to the head's dtype yourself.
+    A ``psi="norm"`` correction is not linear in x and cannot be merged (CorrectionError).
+    """
+    import torch
+
+    if not correction.mergeable:
+        raise CorrectionError(
+            f"a psi={correction.psi!r} correction uses ‖x‖ and is not mergeable into the LM head; "
+            "apply it as a hook on the label logits instead"
+        )
+    ids = torch.as_tensor(correction.label_token_ids, dtype=torch.long, device=head_weight.device)
+    rows = head_weight.detach().index_select(0, ids).to(torch.float32)
+    if head_bias is not None:
+        bias = head_bias.detach().index_select(0, ids).to(torch.float32)
+    else:
+        bias = torch.zeros(correction.d, dtype=torch.float32, device=head_weight.device)
+    beta = torch.as_tensor(np.asarray(correction.beta), dtype=torch.float32, device=rows.device)
+    if correction.W is None:
+        return rows.clone(), bias - beta
+    n = correction.n
+    if rows.shape[1] != n:
+        raise CorrectionError(
+            f"LM head has hidden size {rows.shape[1]} but the correction was fitted for {n}; "
+            f"{_FIT_HINT} for this model"
+        )
+    w = torch.as_tensor(np.asarray(correction.W), dtype=torch.float32, device=rows.device)
+    return rows - w[:n].T, bias - (w[n] + beta)

