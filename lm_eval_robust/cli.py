@@ -13,6 +13,7 @@ import sys
 import textwrap
 import unicodedata
 from collections.abc import Sequence
+from typing import Any
 
 from lm_eval_robust.errors import UserError
 
@@ -122,9 +123,112 @@ def _cmd_perturb(argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_fit(argv: Sequence[str]) -> int:
+    import json
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(
+        prog="lm-eval-robust fit",
+        description=(
+            "Collect features of a task's _train split through debiased_hf (the evaluation's own "
+            "prompt path), fit a debiasing correction and write it as safetensors + JSON."
+        ),
+    )
+    p.add_argument("--task", required=True, help="perturbed task, e.g. ni065_format_pert")
+    p.add_argument("--pretrained", default="gemma-3-270m")
+    p.add_argument("--model-args", default="", help="extra model args, k=v,k=v (e.g. dtype=...)")
+    p.add_argument("--metadata", default="{}", help="task settings as JSON, as for lm_eval")
+    p.add_argument("--features", default=None, help="use features already collected in DIR")
+    p.add_argument("--features-dir", default=None, help="where to collect (default: next to -o)")
+    p.add_argument("--method", choices=["ridge", "constant"], default="ridge")
+    p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
+    p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
+    p.add_argument("--psi", choices=["linear", "norm"], default="linear")
+    p.add_argument("--phi", type=float, default=0.05)
+    p.add_argument("--batch-size", default="16")
+    p.add_argument("--plot", default=None, help="constant method: write the search plot here")
+    p.add_argument("-o", "--out", required=True, help="correction file (.safetensors)")
+    args = p.parse_args(list(argv))
+
+    from lm_eval_robust.correction import correction_key, save
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+
+    key = correction_key(args.task)
+    settings = FitSettings(
+        method=args.method,
+        lam=None if args.lam == "auto" else float(args.lam),
+        alpha=None if args.alpha == "auto" else float(args.alpha),
+        psi=args.psi,
+        phi=args.phi,
+    )
+    out = Path(args.out)
+    if args.features:
+        feat_dir = Path(args.features)
+    else:
+        root = Path(args.features_dir) if args.features_dir else out.with_suffix(".features")
+        collect(
+            key + "_train", args.pretrained, args.model_args, args.metadata, root, args.batch_size
+        )
+        feat_dir = root / (key + "_train")
+    feats = load_features(feat_dir)
+    correction = fit_features(feats, settings)
+    save(correction, out)
+    summary = {
+        k: v
+        for k, v in {
+            "task": correction.task,
+            "method": correction.method,
+            "lam": correction.lam,
+            "alpha": correction.alpha,
+            "p_eps_V": correction.stats.get("radii", {}).get("p_eps_V"),
+            "p_eps_L": correction.stats.get("radii", {}).get("p_eps_L"),
+            "b": correction.stats.get("b"),
+        }.items()
+        if v is not None
+    }
+    print(json.dumps(summary))
+    if args.plot and args.method == "constant":
+        from lm_eval_robust.fit.constant import plot_constant_search
+        from lm_eval_robust.fit.run import constant_search_of
+
+        plot_constant_search(constant_search_of(feats, settings), args.plot)
+    print(f"wrote {out}")
+    return 0
+
+
+def collect(
+    task: str, pretrained: str, model_args: str, metadata: str, root: Any, batch_size: str
+) -> None:
+    """Run the harness on ``task`` with feature collection into ``root``."""
+    import json
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_robust._plugin import register, task_dir
+
+    register()
+    try:
+        md = json.loads(metadata)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"--metadata must be JSON, e.g. '{{\"n_perturbations\": 20}}' ({exc})"
+        ) from None
+    extra = dict(kv.split("=", 1) for kv in model_args.split(",") if kv.strip())
+    tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata=md)
+    lm_eval.simple_evaluate(
+        model="debiased_hf",
+        model_args={"pretrained": pretrained, "collect_features": str(root), **extra},
+        tasks=[task],
+        task_manager=tm,
+        batch_size=batch_size,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run": _cmd_run, "perturb": _cmd_perturb}
+    commands = {"run": _cmd_run, "perturb": _cmd_perturb, "fit": _cmd_fit}
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())
         print(f"\ncommands: {', '.join(commands)}")

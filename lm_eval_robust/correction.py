@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lm_eval_robust.errors import UserError
+
 from .fit.ridge import PSI_KINDS, RidgeFit, psi_dim
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ _COMPARED = (
 _FIT_HINT = "re-run `lm-eval-robust fit`"
 
 
-class CorrectionError(ValueError):
+class CorrectionError(UserError):
     """A correction file or object that cannot be used here (one line saying why and the fix)."""
 
 
@@ -597,3 +599,51 @@ def merged_head_update(
         )
     w = torch.as_tensor(np.asarray(correction.W), dtype=torch.float32, device=rows.device)
     return rows - w[:n].T, bias - (w[n] + beta)
+
+
+# --------------------------------------------------------------------------------------------
+# corrections per task
+
+
+_SPLIT_SUFFIXES = ("_train", "_holdout")
+
+
+def correction_key(task_name: str) -> str:
+    """The task family a correction belongs to: the harness task name without its split suffix.
+
+    A correction fitted on ``ni065_format_pert_train`` applies to ``ni065_format_pert`` (test) and
+    ``ni065_format_pert_holdout``.
+    """
+    for suffix in _SPLIT_SUFFIXES:
+        if task_name.endswith(suffix):
+            return task_name[: -len(suffix)]
+    return task_name
+
+
+def load_corrections(
+    path: str | os.PathLike[str], fingerprint: dict[str, Any]
+) -> dict[str, Correction]:
+    """Corrections by task key from a file or a directory of ``*.safetensors`` files.
+
+    Every correction is checked against the model's fingerprint; two files for one task are an
+    error.
+    """
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        if not files:
+            raise CorrectionError(
+                f"no *.safetensors correction files in {p}; write them with `lm-eval-robust fit`"
+            )
+    else:
+        files = [p]
+    out: dict[str, Correction] = {}
+    for f in files:
+        corr = load(f)
+        check_fingerprint(corr, fingerprint)
+        if corr.task in out:
+            raise CorrectionError(
+                f"two corrections for task {corr.task!r} in {p}; keep one per task"
+            )
+        out[corr.task] = corr
+    return out

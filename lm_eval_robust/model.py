@@ -13,10 +13,14 @@ class's path.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,20 +68,58 @@ def last_positions_head(
         handle.remove()
 
 
+@dataclass
+class _Row:
+    """One forward row: the input, and every request (and doc) it answers."""
+
+    inp: tuple[int, ...]
+    key: str | None  # correction key (task family) or None
+    requests: list[tuple[int, list[int]]] = field(default_factory=list)  # (request index, cont)
+    docs: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # doc -> idx: tok
+
+
 @register_model("debiased_hf")
 class DebiasedHFLM(HFLM):
-    """HFLM with a last-position fast path for single-token continuations.
+    """HFLM with a last-positions fast path, debiasing corrections and feature collection.
 
-    Extra model args: none yet beyond HFLM's; ``pretrained`` also accepts the offline aliases of
-    :mod:`lm_eval_robust.offline_models` (``gemma-3-270m``, the default).
+    Extra model args:
+
+    * ``pretrained`` also accepts the offline aliases of :mod:`lm_eval_robust.offline_models`
+      (``gemma-3-270m``, the default);
+    * ``correction=PATH``: a correction file, or a directory of per-task correction files, written
+      by ``lm-eval-robust fit``; each request of one of our tasks gets its own task's correction
+      ``M*(x) = M(x) - (psi(x) W + beta)`` on the label logits;
+    * ``collect_features=DIR``: record, for every prompt of our tasks, the head's input ``x`` at
+      the label position and the label logits, into ``DIR/<task>/rank<r>.safetensors``.
     """
 
-    def __init__(self, pretrained: Any = "gemma-3-270m", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        pretrained: Any = "gemma-3-270m",
+        correction: str | None = None,
+        collect_features: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             if "tokenizer" not in kwargs:
                 kwargs["tokenizer"] = pretrained
         super().__init__(pretrained=pretrained, **kwargs)
+        self._fingerprint: dict[str, Any] | None = None
+        self._corrections: dict[str, Any] = {}
+        if correction:
+            from lm_eval_robust.correction import load_corrections
+
+            self._corrections = load_corrections(correction, self.fingerprint)
+        self._collector = FeatureCollector(collect_features) if collect_features else None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            from lm_eval_robust.correction import model_fingerprint
+
+            self._fingerprint = model_fingerprint(self.model, self.tokenizer)
+        return self._fingerprint
 
     # ------------------------------------------------------------------ log-likelihood
     #: continuations up to this many tokens take the last-positions path
@@ -87,7 +129,7 @@ class DebiasedHFLM(HFLM):
         self, requests: list[Any], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         results: list[tuple[float, bool] | None] = [None] * len(requests)
-        fast: list[tuple[int, tuple[int, ...], list[int]]] = []
+        rows: dict[tuple[str | None, tuple[int, ...]], _Row] = {}
         slow: list[int] = []
         ours: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(dict)
         for i, req in enumerate(requests):
@@ -96,71 +138,223 @@ class DebiasedHFLM(HFLM):
                 slow.append(i)
                 continue
             ctx_enc, cont_enc = self._encode_pair(context, continuation)
-            if _is_ours(req):
+            mine = _is_ours(req)
+            if mine:
                 ours[(str(req.task_name), int(req.doc_id))][continuation] = cont_enc
-            if 1 <= len(cont_enc) <= self.max_fast_tokens:
-                # the harness's input window: the last max_length tokens of ctx+cont[:-1]
-                inp = tuple((ctx_enc + cont_enc)[-(self.max_length + 1) :][:-1])
-                fast.append((i, inp, cont_enc))
-            else:
+            if not 1 <= len(cont_enc) <= self.max_fast_tokens:
                 slow.append(i)
+                continue
+            # the harness's input window: the last max_length tokens of ctx+cont[:-1]
+            inp = tuple((ctx_enc + cont_enc)[-(self.max_length + 1) :][:-1])
+            key = self._correction_key(req) if mine else None
+            row = rows.setdefault((key, inp), _Row(inp=inp, key=key))
+            row.requests.append((i, cont_enc))
+            if mine:
+                row.docs.setdefault((str(req.task_name), int(req.doc_id)), {})[int(req.idx)] = (
+                    cont_enc[-1]
+                )
+                if self._collector is not None:
+                    self._collector.note_doc(str(req.task_name), int(req.doc_id), req.doc)
         for (task, _doc), labels in sorted(ours.items()):
             check_label_tokens(task, labels)
         if slow:
+            if any(_is_ours(requests[i]) for i in slow) and (self._corrections or self._collector):
+                raise LabelTokenError(
+                    "corrections and feature collection need label continuations of at most "
+                    f"{self.max_fast_tokens} tokens"
+                )
             slow_res = super().loglikelihood([requests[i] for i in slow], disable_tqdm=disable_tqdm)
             for i, r in zip(slow, slow_res, strict=True):
                 results[i] = r
-        if fast:
-            for i, r in self._last_positions_loglikelihood(fast, disable_tqdm):
+        if rows:
+            for i, r in self._last_positions_loglikelihood(list(rows.values()), disable_tqdm):
                 results[i] = r
+        if self._collector is not None:
+            head = self.model.get_output_embeddings()
+            self._collector.write(self.rank, self.fingerprint, head.weight)
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def _correction_key(self, req: Any) -> str | None:
+        if not self._corrections:
+            return None
+        from lm_eval_robust.correction import correction_key
+
+        key = correction_key(str(req.task_name))
+        if key not in self._corrections:
+            from lm_eval_robust.correction import CorrectionError
+
+            raise CorrectionError(
+                f"no correction for task {req.task_name!r} (have: {sorted(self._corrections)}); "
+                f"fit one with `lm-eval-robust fit --task {key}` or drop correction="
+            )
+        return key
 
     def _fast_batch_size(self) -> int:
         bs = self.batch_size
         return int(bs) if str(bs).isdigit() and int(bs) > 0 else 16
 
     def _last_positions_loglikelihood(
-        self, fast: Sequence[tuple[int, tuple[int, ...], list[int]]], disable_tqdm: bool
+        self, rows: list[_Row], disable_tqdm: bool
     ) -> Iterator[tuple[int, tuple[float, bool]]]:
-        # One forward row per distinct input, as the harness's logits cache does for choices
-        # that share a context; the head runs on the last few positions only.
-        by_inp: dict[tuple[int, ...], list[tuple[int, list[int]]]] = defaultdict(list)
-        for i, inp, cont in fast:
-            by_inp[inp].append((i, cont))
-        inputs = sorted(by_inp, key=lambda c: (-len(c), c))
+        # One forward row per distinct input (and correction), as the harness's logits cache
+        # does for choices sharing a context; the head runs on the scored positions only.
+        rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
         bs = self._fast_batch_size()
         bar = tqdm(
-            total=len(inputs),
+            total=len(rows),
             disable=disable_tqdm or self.rank != 0,
             desc="debiased_hf: last-position log-likelihoods",
         )
-        for start in range(0, len(inputs), bs):
-            chunk = inputs[start : start + bs]
-            n_keep = max(len(cont) for inp in chunk for _, cont in by_inp[inp])
-            logprobs = self._forward_last(chunk, n_keep)  # [batch, n_keep, vocab]
+        for start in range(0, len(rows), bs):
+            chunk = rows[start : start + bs]
+            n_keep = max(len(cont) for r in chunk for _, cont in r.requests)
+            logits, hidden = self._forward_last([r.inp for r in chunk], n_keep)
+            for b, row in enumerate(chunk):
+                self._debias_row(row, logits[b, -1], hidden[b, -1])
+            logprobs = F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
             greedy = logprobs.argmax(dim=-1)
-            for row, inp in enumerate(chunk):
-                for i, cont in by_inp[inp]:
+            for b, row in enumerate(chunk):
+                for i, cont in row.requests:
                     n = len(cont)
                     toks = torch.tensor(cont, dtype=torch.long, device=logprobs.device)
-                    lp = logprobs[row, n_keep - n :, :].gather(-1, toks.unsqueeze(-1)).sum()
-                    is_greedy = bool((greedy[row, n_keep - n :] == toks).all())
+                    lp = logprobs[b, n_keep - n :, :].gather(-1, toks.unsqueeze(-1)).sum()
+                    is_greedy = bool((greedy[b, n_keep - n :] == toks).all())
                     yield i, (float(lp), is_greedy)
             bar.update(len(chunk))
         bar.close()
 
-    def _forward_last(self, inputs: Sequence[tuple[int, ...]], n_keep: int) -> torch.Tensor:
-        """Log-softmax at the last ``n_keep`` positions of each input: [batch, n_keep, vocab]."""
+    def _debias_row(self, row: _Row, logits: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Record features, then apply the row's correction to its label logits (in place)."""
+        if not row.docs:
+            return
+        for (task, doc_id), toks in row.docs.items():
+            ids = [toks[k] for k in sorted(toks)]
+            if self._collector is not None:
+                self._collector.add(task, doc_id, hidden, logits[ids], ids)
+        if row.key is None:
+            return
+        from lm_eval_robust.correction import apply_correction
+
+        corr = self._corrections[row.key]
+        toks = next(iter(row.docs.values()))
+        ids = [toks[k] for k in sorted(toks)]
+        if len(ids) != corr.d:
+            from lm_eval_robust.correction import CorrectionError
+
+            raise CorrectionError(
+                f"correction for {row.key!r} has {corr.d} labels {corr.labels} but this task's "
+                f"prompts have {len(ids)}; fit the correction for this task"
+            )
+        if not corr.stats.get("labels_are_positions") and ids != corr.label_token_ids:
+            from lm_eval_robust.correction import CorrectionError
+
+            raise CorrectionError(
+                f"correction for {row.key!r} scores label tokens {corr.label_token_ids} "
+                f"({corr.labels}) but these prompts score {ids}; fit it for this task and model"
+            )
+        idx = torch.tensor(ids, dtype=torch.long, device=logits.device)
+        fixed = apply_correction(corr, hidden.unsqueeze(0), logits[idx].unsqueeze(0))[0]
+        logits[idx] = fixed.to(logits.dtype)
+
+    def _forward_last(
+        self, inputs: Sequence[tuple[int, ...]], n_keep: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw logits and head inputs at each input's last ``n_keep`` positions.
+
+        Returns ``([batch, n_keep, vocab], [batch, n_keep, hidden])``.
+        """
         width = max(len(c) for c in inputs)
         inps = torch.zeros((len(inputs), width), dtype=torch.long, device=self.device)
         for row, inp in enumerate(inputs):  # right padding with 0, as the harness does
             inps[row, : len(inp)] = torch.tensor(inp, dtype=torch.long)
         ends = torch.tensor([len(c) for c in inputs], dtype=torch.long)
         positions = (ends.unsqueeze(1) - n_keep + torch.arange(n_keep)).clamp(min=0)
-        with last_positions_head(self.model, positions):
+        with last_positions_head(self.model, positions) as captured:
             logits = self._model_call(inps)  # [batch, n_keep, vocab]
-        return F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
+        return logits, captured["hidden"]
+
+
+class FeatureCollector:
+    """Per-doc features of our tasks, written as one safetensors shard per task and rank."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self._meta: dict[tuple[str, int], dict[str, Any]] = {}
+        self._rows: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
+
+    def note_doc(self, task: str, doc_id: int, doc: dict[str, Any]) -> None:
+        self._meta[(task, doc_id)] = {
+            "example_id": str(doc["example_id"]),
+            "pert_id": int(doc["pert_id"]),
+            "gold": int(doc["gold"]),
+            "pert_kind": str(doc.get("pert_kind", "")),
+            "format_id": str(doc.get("format_id", "")),
+        }
+
+    def add(
+        self,
+        task: str,
+        doc_id: int,
+        hidden: torch.Tensor,
+        label_logits: torch.Tensor,
+        ids: list[int],
+    ) -> None:
+        h = hidden.detach().float().cpu()
+        lg = label_logits.detach().float().cpu()
+        if not (torch.isfinite(h).all() and torch.isfinite(lg).all()):
+            raise FeatureError(
+                f"non-finite hidden state or label logits for {task} doc {doc_id}; run the model "
+                "in float32 (--model_args dtype=float32) or check the checkpoint"
+            )
+        self._rows[(task, doc_id)] = (h, lg, ids)
+
+    def write(
+        self, rank: int, fingerprint: dict[str, Any], head_weight: torch.Tensor
+    ) -> list[Path]:
+        from safetensors.torch import save_file
+
+        written = []
+        tasks = sorted({t for t, _ in self._rows})
+        for task in tasks:
+            keys = sorted(k for k in self._rows if k[0] == task)
+            x = torch.stack([self._rows[k][0] for k in keys])
+            widths = {len(self._rows[k][2]) for k in keys}
+            if len(widths) != 1:
+                raise FeatureError(f"{task}: docs have different numbers of labels {widths}")
+            logits = torch.stack([self._rows[k][1] for k in keys])
+            ids = torch.tensor([self._rows[k][2] for k in keys], dtype=torch.long)
+            meta = [self._meta[k] for k in keys]
+            # LM-head rows of the clean prompts' label tokens (for the Lipschitz radius)
+            first_clean = next((i for i, m in enumerate(meta) if m["pert_id"] == 0), 0)
+            rows = head_weight.detach()[ids[first_clean].to(head_weight.device)].float().cpu()
+            tensors = {
+                "head_rows": rows.contiguous(),
+                "x": x.contiguous(),
+                "label_logits": logits.contiguous(),
+                "label_token_ids": ids,
+                "pert_id": torch.tensor([m["pert_id"] for m in meta], dtype=torch.long),
+                "gold": torch.tensor([m["gold"] for m in meta], dtype=torch.long),
+            }
+            header = {
+                "task": task,
+                "example_id": [m["example_id"] for m in meta],
+                "pert_kind": [m["pert_kind"] for m in meta],
+                "format_id": [m["format_id"] for m in meta],
+                "fingerprint": fingerprint,
+            }
+            out = self.directory / task / f"rank{rank}.safetensors"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".tmp")
+            save_file(tensors, str(tmp), metadata={"lm_eval_robust": json.dumps(header)})
+            os.replace(tmp, out)
+            written.append(out)
+        self._rows.clear()
+        return written
+
+
+class FeatureError(UserError):
+    """Collected features that cannot be used."""
 
 
 def _is_ours(req: Any) -> bool:

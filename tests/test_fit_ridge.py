@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import tracemalloc
 import warnings
@@ -334,3 +335,21 @@ def test_psi_validation():
     with pytest.raises(ValueError, match="psi must be one of"):
         GramAccumulator(3, 1, psi="quadratic")
     assert ridge.psi_dim(5, "norm") == 7
+
+
+def test_select_alpha_marks_singular_values_failed_and_skips_them():
+    data = _classification(seed=5)
+    data["x_clean"] = data["x_clean"] * 10.0  # large Ψ_cᵀΨ_c: α = −1 makes H indefinite
+    sel = select_alpha(lam=1e-3, alphas=(-1.0, 0.0, 0.01), n_folds=3, **data)
+    assert sel.table[0]["failed"] and math.isnan(sel.table[0]["bac_pert"])
+    assert sel.value in (0.0, 0.01)
+    with pytest.raises(ValueError, match="nonzero alpha needs clean rows"):
+        select_alpha(
+            **{
+                **data,
+                "x_clean": data["x_clean"][:0],
+                "logits_clean": data["logits_clean"][:0],
+                "clean_ids": data["clean_ids"][:0],
+            },
+            lam=1.0,
+        )

@@ -40,6 +40,7 @@ __all__ = [
     "ResidualRange",
     "RidgeFit",
     "Selection",
+    "SingularGramError",
     "balanced_accuracy",
     "beta_midpoint",
     "fit_ridge",
@@ -66,6 +67,10 @@ _JITTER_EXPONENTS = tuple(range(-10, -1))
 
 class JitterWarning(RuntimeWarning):
     """The Gram matrix needed diagonal jitter before its Cholesky factorisation succeeded."""
+
+
+class SingularGramError(ValueError):
+    """``H`` stayed singular / indefinite with the largest jitter allowed: increase ``λ``."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,7 +289,8 @@ def solve(
     its reciprocal condition estimate is below ``p·eps`` (numerically singular, e.g. duplicated
     feature columns with ``λ = 0``). On failure ``J·I`` is added with ``J`` starting at
     ``1e-10·mean|diag H|`` and growing ×10 per try; a :class:`JitterWarning` names the ``J`` that
-    worked. Past ``max_jitter_rel·mean|diag H|`` a ValueError asks for a larger ``λ``.
+    worked. Past ``max_jitter_rel·mean|diag H|`` a :class:`SingularGramError` (a ValueError) asks
+    for a larger ``λ``.
     """
     if not math.isfinite(lam) or lam < 0:
         raise ValueError(f"lam must be a finite number >= 0; got {lam}")
@@ -316,7 +322,7 @@ def solve(
             break
         k = next(tries, None)
         if k is None or 10.0**k > max_jitter_rel:
-            raise ValueError(
+            raise SingularGramError(
                 f"Gram matrix is singular/ill-conditioned even with jitter {jitter:.3g} "
                 f"({jitter / scale:.0e} x mean |diag|); increase lam (now {lam:g})"
                 + (f" or use an alpha closer to 0 (now {alpha:g})" if alpha < 0 else "")
@@ -683,8 +689,14 @@ def _select(
             raise ValueError(f"{name} has {a.shape[0]} rows; x_clean has {xc.shape[0]}")
     _check_finite("logits_pert", lp)
     _check_finite("logits_clean", lc)
+    if not np.issubdtype(y.dtype, np.integer) or (y < 0).any() or (y >= d).any():
+        raise ValueError(f"labels must be label indices in [0, {d}) (columns of the logits)")
     if len(np.unique(cids)) != len(cids):
         raise ValueError("clean_ids must list each example once")
+    nv = grid.size
+    needs_clean = bool((grid != 0).any()) if param == "alpha" else fixed != 0.0
+    if needs_clean and xc.shape[0] == 0:
+        raise ValueError("a nonzero alpha needs clean rows (x_clean) for the Gram penalty")
 
     uniq = np.unique(np.concatenate([ids, cids]))
     fold_u = _fold_of_unique(len(uniq), n_folds, seed)
@@ -714,7 +726,6 @@ def _select(
             acc.add_clean(xc[mc])
         accs.append(acc)
     total_rows = sum(a.n_rows for a in accs)
-    nv = grid.size
     if param == "alpha":
         lam_abs = np.full(nv, fixed)
         alpha_vals = grid
@@ -744,7 +755,7 @@ def _select(
                 warnings.simplefilter("always", JitterWarning)
                 try:
                     w = solve(train, float(lam_abs[v_i]) * share, float(alpha_vals[v_i]))
-                except ValueError:
+                except SingularGramError:
                     w = None
                     failed[v_i] = True
             if any(issubclass(c.category, JitterWarning) for c in caught):

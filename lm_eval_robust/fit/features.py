@@ -1,0 +1,134 @@
+"""Collected features (written by ``debiased_hf`` with ``collect_features=DIR``), as arrays.
+
+A task's folder holds one shard per rank (data parallel); :func:`load_features` merges them,
+orders rows by (example, perturbation) and pairs every perturbed prompt with the clean prompt of
+the same source example, which is what the fit needs: ``F = M(x̂) − M(x)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lm_eval_robust.errors import UserError
+
+
+class FeatureFileError(UserError):
+    """Feature files that are missing, corrupt or inconsistent."""
+
+
+@dataclass
+class Features:
+    """Rows of one task: clean rows have ``pert_id == 0``."""
+
+    task: str
+    x: np.ndarray  # [rows, n] head input at the label position (float32)
+    label_logits: np.ndarray  # [rows, d]
+    label_token_ids: np.ndarray  # [rows, d]
+    pert_id: np.ndarray  # [rows]
+    gold: np.ndarray  # [rows]
+    example_id: np.ndarray  # [rows] str
+    fingerprint: dict[str, Any]
+    head_rows: np.ndarray  # [d, n] LM-head rows of the clean prompts' label tokens
+
+    @property
+    def clean(self) -> np.ndarray:
+        return self.pert_id == 0
+
+    def paired(self) -> PairedFeatures:
+        """Perturbed rows with the clean row of their example (examples without one dropped)."""
+        clean_idx = {e: i for i, e in enumerate(self.example_id) if self.pert_id[i] == 0}
+        pert = [i for i in range(len(self.pert_id)) if self.pert_id[i] > 0]
+        pert = [i for i in pert if self.example_id[i] in clean_idx]
+        if not pert:
+            raise FeatureFileError(
+                f"{self.task}: no perturbed prompt has its clean prompt among the features; "
+                "collect a perturbed task (e.g. ni065_format_pert_train), not a clean one"
+            )
+        ref = np.array([clean_idx[self.example_id[i]] for i in pert], dtype=np.int64)
+        p = np.array(pert, dtype=np.int64)
+        return PairedFeatures(
+            x_pert=self.x[p],
+            logits_pert=self.label_logits[p],
+            x_clean_of_pert=self.x[ref],
+            logits_clean_of_pert=self.label_logits[ref],
+            gold=self.gold[p],
+            example_id=self.example_id[p],
+            x_clean=self.x[self.clean],
+            logits_clean=self.label_logits[self.clean],
+            gold_clean=self.gold[self.clean],
+            example_id_clean=self.example_id[self.clean],
+        )
+
+
+@dataclass
+class PairedFeatures:
+    x_pert: np.ndarray
+    logits_pert: np.ndarray
+    x_clean_of_pert: np.ndarray
+    logits_clean_of_pert: np.ndarray
+    gold: np.ndarray
+    example_id: np.ndarray
+    x_clean: np.ndarray
+    logits_clean: np.ndarray
+    gold_clean: np.ndarray
+    example_id_clean: np.ndarray
+
+    @property
+    def f(self) -> np.ndarray:
+        """F = M(x̂) − M(x): perturbed minus clean label logits of the same example."""
+        return self.logits_pert - self.logits_clean_of_pert
+
+
+def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as fh:
+            meta = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise FeatureFileError(
+            f"{path} is not a readable feature file ({exc}); collect again"
+        ) from None
+    if "lm_eval_robust" not in meta:
+        raise FeatureFileError(f"{path} has no lm_eval_robust metadata; collect again")
+    return tensors, json.loads(meta["lm_eval_robust"])
+
+
+def load_features(directory: str | Path) -> Features:
+    """Merge the rank shards of one task folder."""
+    d = Path(directory)
+    shards = sorted(d.glob("rank*.safetensors"))
+    if not shards:
+        raise FeatureFileError(
+            f"no feature shards (rank*.safetensors) in {d}; collect them with --model_args "
+            "collect_features=DIR on a _train task"
+        )
+    parts = [_read_shard(s) for s in shards]
+    tasks = {h["task"] for _, h in parts}
+    fps = {json.dumps(h["fingerprint"], sort_keys=True) for _, h in parts}
+    if len(tasks) != 1 or len(fps) != 1:
+        raise FeatureFileError(f"shards in {d} come from different tasks or models; recollect")
+    cat = {k: np.concatenate([t[k] for t, _ in parts]) for k in parts[0][0] if k != "head_rows"}
+    ex = np.array([e for _, h in parts for e in h["example_id"]], dtype=object)
+    order = np.lexsort((cat["pert_id"], ex.astype(str)))
+    x = cat["x"][order].astype(np.float32)
+    lg = cat["label_logits"][order].astype(np.float32)
+    if not (np.isfinite(x).all() and np.isfinite(lg).all()):
+        raise FeatureFileError(f"{d}: features contain NaN or inf; recollect in float32")
+    return Features(
+        task=tasks.pop(),
+        x=x,
+        label_logits=lg,
+        label_token_ids=cat["label_token_ids"][order],
+        pert_id=cat["pert_id"][order],
+        gold=cat["gold"][order],
+        example_id=ex[order],
+        fingerprint=json.loads(fps.pop()),
+        head_rows=parts[0][0]["head_rows"].astype(np.float32),
+    )

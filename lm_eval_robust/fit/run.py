@@ -1,0 +1,186 @@
+"""From collected features to a correction file with its fit statistics.
+
+``fit_features`` is the whole fit: pair perturbed and clean prompts, choose λ (and α) on the
+train split only, solve the ridge (or search the constant offset), and measure the robustness
+radii before and after on the same train rows (C_i, V_i, ε_V, ε_L, p_εV, p_εL).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lm_eval_robust.correction import Correction, correction_key
+from lm_eval_robust.errors import UserError
+from lm_eval_robust.fit.constant import constant_search, decision_gamma
+from lm_eval_robust.fit.features import Features, PairedFeatures
+from lm_eval_robust.fit.radii import (
+    Radii,
+    compare_radii,
+    perturbation_bound,
+    robustness_radii,
+)
+from lm_eval_robust.fit.ridge import fit_ridge, predict_bias, select_alpha, select_lambda
+from lm_eval_robust.tasks.specs import get_spec
+
+log = logging.getLogger(__name__)
+
+METHODS = ("ridge", "constant")
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    method: str = "ridge"
+    lam: float | None = None  # None: chosen by grouped CV on train
+    alpha: float | None = 0.0  # None: chosen by grouped CV on train
+    psi: str = "linear"
+    phi: float = 0.05
+    m: int | None = None
+    n_folds: int = 5
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UserError(f"unknown fit method {self.method!r}; use one of {list(METHODS)}")
+        if self.psi not in ("linear", "norm"):
+            raise UserError(f"unknown psi {self.psi!r}; use 'linear' or 'norm'")
+        if not 0 < self.phi < 1:
+            raise UserError(f"phi must be in (0, 1), got {self.phi}")
+
+
+def _radii(p: PairedFeatures, f: np.ndarray, feats: Features, s: FitSettings) -> Radii:
+    bound = perturbation_bound(p.x_pert, p.example_id, p.x_clean, p.example_id_clean)
+    gamma = np.linalg.norm(feats.head_rows, axis=1)
+    return robustness_radii(
+        f, p.example_id, phi=s.phi, m=s.m, gamma=gamma, c=bound.c, n=p.x_pert.shape[1]
+    )
+
+
+def _radii_stats(before: Radii, after: Radii) -> dict[str, Any]:
+    change = compare_radii(before, after)
+    out: dict[str, Any] = {
+        "phi": before.phi,
+        "m": before.m,
+        "c": before.c,
+        "C_before": before.C.tolist(),
+        "C_after": after.C.tolist(),
+        "V_before": before.V.tolist(),
+        "V_after": after.V.tolist(),
+        "eps_V_before": before.eps_V.tolist(),
+        "eps_V_after": after.eps_V.tolist(),
+        "p_eps_V": change.p_eps_V,
+    }
+    if before.eps_L is not None and after.eps_L is not None:
+        out["eps_L_before"] = before.eps_L.tolist()
+        out["eps_L_after"] = after.eps_L.tolist()
+        out["p_eps_L"] = change.p_eps_L
+    return out
+
+
+def fit_features(feats: Features, settings: FitSettings) -> Correction:
+    """Fit a correction on one task's train features."""
+    spec = get_spec(feats.task.split("_")[0])
+    p = feats.paired()
+    f = p.f
+    clean_rows = feats.clean
+    label_ids = [int(t) for t in feats.label_token_ids[np.argmax(clean_rows)]]
+    if spec.is_multiple_choice:
+        labels = [f"option {i + 1}" for i in range(f.shape[1])]
+    else:
+        labels = list(spec.labels)
+    stats: dict[str, Any] = {
+        "n_examples": len(np.unique(p.example_id)),
+        "n_perturbed_rows": int(f.shape[0]),
+        "labels_are_positions": spec.is_multiple_choice,
+        "features_task": feats.task,
+    }
+    before = _radii(p, f, feats, settings)
+    key = correction_key(feats.task)
+    if settings.method == "constant":
+        if f.shape[1] != 2:
+            raise UserError(
+                f"{feats.task}: input-independent debiasing is for binary tasks; this task has "
+                f"{f.shape[1]} labels (use --method ridge)"
+            )
+        search = constant_search(
+            p.logits_pert,
+            f,
+            p.gold,
+            p.example_id,
+            gamma=decision_gamma(feats.head_rows, [0, 1]),
+            c=before.c,
+            n=p.x_pert.shape[1],
+            m=settings.m,
+            phi=settings.phi,
+            logits_clean=p.logits_clean,
+            labels_clean=p.gold_clean,
+        )
+        stats["constant_search"] = {
+            "C": search.C,
+            "V": search.V,
+            "baseline": search.baseline,
+            "at_b": search.at_b,
+        }
+        return Correction.from_constant(
+            search,
+            label_token_ids=label_ids,
+            labels=labels,
+            task=key,
+            fingerprint=feats.fingerprint,
+            stats=stats,
+        )
+    cv_args = dict(
+        x_pert=p.x_pert,
+        f=f,
+        logits_pert=p.logits_pert,
+        labels=p.gold,
+        example_ids=p.example_id,
+        x_clean=p.x_clean,
+        logits_clean=p.logits_clean,
+        clean_ids=p.example_id_clean,
+        psi=settings.psi,
+        n_folds=settings.n_folds,
+        labels_clean=p.gold_clean,
+    )
+    lam = settings.lam
+    alpha = 0.0 if settings.alpha is None else settings.alpha
+    if lam is None:
+        sel = select_lambda(alpha=alpha, **cv_args)  # type: ignore[arg-type]
+        lam = float(sel.value)
+        stats["lambda_selection"] = {"criterion": sel.criterion, "table": sel.table}
+    if settings.alpha is None:
+        sel_a = select_alpha(lam=lam, **cv_args)  # type: ignore[arg-type]
+        alpha = float(sel_a.value)
+        stats["alpha_selection"] = {"criterion": sel_a.criterion, "table": sel_a.table}
+    fit = fit_ridge(p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi)
+    after = _radii(p, f - predict_bias(fit, p.x_pert), feats, settings)
+    stats["radii"] = _radii_stats(before, after)
+    return Correction.from_ridge(
+        fit,
+        label_token_ids=label_ids,
+        labels=labels,
+        task=key,
+        fingerprint=feats.fingerprint,
+        stats=stats,
+    )
+
+
+def constant_search_of(feats: Features, settings: FitSettings) -> Any:
+    """The constant-offset search itself (for its plot)."""
+    p = feats.paired()
+    before = _radii(p, p.f, feats, settings)
+    return constant_search(
+        p.logits_pert,
+        p.f,
+        p.gold,
+        p.example_id,
+        gamma=decision_gamma(feats.head_rows, [0, 1]),
+        c=before.c,
+        n=p.x_pert.shape[1],
+        m=settings.m,
+        phi=settings.phi,
+        logits_clean=p.logits_clean,
+        labels_clean=p.gold_clean,
+    )

@@ -1,0 +1,123 @@
+"""Collect → fit → apply, end to end on the tiny model, against a plain numpy evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+MD = {"n_perturbations": 4, "n_examples": 40}
+
+
+def _requests(task: str) -> list:
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+
+    tm = TaskManager(include_path=lm_eval_robust.task_dir(), include_defaults=False, metadata=MD)
+    t = tm.load([task])["tasks"][task]
+    t.build_all_requests(rank=0, world_size=1)
+    return list(t.instances)
+
+
+def _lm(model_dir: Path, **kw):
+    from lm_eval_robust.model import DebiasedHFLM
+
+    return DebiasedHFLM(
+        pretrained=str(model_dir), batch_size=8, dtype="float32", device="cpu", **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_model_dir: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from lm_eval_robust.correction import save
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+
+    root = tmp_path_factory.mktemp("features")
+    lm = _lm(tiny_model_dir, collect_features=str(root))
+    lm.loglikelihood(_requests("ni322_format_pert_train"), disable_tqdm=True)
+    feats = load_features(root / "ni322_format_pert_train")
+    corr = fit_features(feats, FitSettings(lam=1.0))
+    path = tmp_path_factory.mktemp("corr") / "ni322.safetensors"
+    save(corr, path)
+    return feats, corr, path
+
+
+def test_features_shapes(fitted) -> None:
+    feats, _, _ = fitted
+    assert feats.x.shape == (20 * 5, 32)  # 20 train examples x (clean + 4)
+    assert feats.label_logits.shape == (100, 2)
+    p = feats.paired()
+    assert p.x_pert.shape[0] == 80
+    # pairing: every perturbed row's clean reference has the same example id and pert_id 0
+    assert set(p.example_id) == set(p.example_id_clean)
+
+
+def test_correction_stats(fitted) -> None:
+    _, corr, _ = fitted
+    assert corr.task == "ni322_format_pert"
+    assert corr.W is not None and corr.W.shape == (33, 2)
+    radii = corr.stats["radii"]
+    assert len(radii["eps_V_before"]) == 2 and np.isfinite(radii["p_eps_V"])
+    assert "p_eps_L" in radii
+
+
+def test_applied_correction_equals_numpy(fitted, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from lm_eval_robust.fit.features import load_features
+
+    _, corr, path = fitted
+    reqs = _requests("ni322_format_pert")
+    lm = _lm(tiny_model_dir, correction=str(path), collect_features=str(tmp_path))
+    out = lm.loglikelihood(reqs, disable_tqdm=True)
+    raw = load_features(tmp_path / "ni322_format_pert")
+    # numpy: M* = M - (x W[:n] + W[n] + beta); label log-likelihood differences = M* differences
+    w, beta = np.asarray(corr.W), np.asarray(corr.beta)
+    m_star = raw.label_logits - (raw.x @ w[:-1] + w[-1] + beta)
+    expected = {
+        (e, int(p)): m_star[i, 1] - m_star[i, 0]
+        for i, (e, p) in enumerate(zip(raw.example_id, raw.pert_id, strict=True))
+    }
+    got: dict[tuple[str, int], dict[int, float]] = {}
+    for req, (ll, _) in zip(reqs, out, strict=True):
+        got.setdefault((req.doc["example_id"], req.doc["pert_id"]), {})[req.idx] = ll
+    assert len(got) == len(expected)
+    for k, v in got.items():
+        assert v[1] - v[0] == pytest.approx(expected[k], abs=1e-4)
+
+
+def test_correction_changes_predictions_only_through_labels(fitted, tiny_model_dir: Path) -> None:
+    _, _, path = fitted
+    reqs = _requests("ni322_format_pert")[:20]
+    base = _lm(tiny_model_dir).loglikelihood(reqs, disable_tqdm=True)
+    deb = _lm(tiny_model_dir, correction=str(path)).loglikelihood(reqs, disable_tqdm=True)
+    assert any(abs(a[0] - b[0]) > 1e-6 for a, b in zip(base, deb, strict=True))
+
+
+def test_correction_for_other_model_is_refused(
+    fitted, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lm_eval_robust.correction import CorrectionError
+
+    _, _, path = fitted
+    other = tmp_path / "other"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.01)
+    model.save_pretrained(other)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(other)
+    with pytest.raises(CorrectionError, match="fitted for model"):
+        _lm(other, correction=str(path))
+
+
+def test_missing_task_correction(fitted, tiny_model_dir: Path) -> None:
+    from lm_eval_robust.correction import CorrectionError
+
+    _, _, path = fitted
+    lm = _lm(tiny_model_dir, correction=str(path))
+    with pytest.raises(CorrectionError, match="no correction for task 'ni280_format_pert'"):
+        lm.loglikelihood(_requests("ni280_format_pert")[:4], disable_tqdm=True)
