@@ -172,6 +172,19 @@ def _cmd_fit(argv: Sequence[str]) -> int:
         )
         feat_dir = root / (key + "_train")
     feats = load_features(feat_dir)
+    if args.method == "constant":
+        from lm_eval_robust.fit.run import constant_search_of
+
+        search = constant_search_of(feats, settings)
+        if args.plot:
+            from lm_eval_robust.fit.constant import plot_constant_search
+
+            plot_constant_search(search, args.plot)
+        if search.b is None:  # the paper's "–" rows: say so, write nothing
+            print(
+                json.dumps({"task": key, "method": "constant", "b": None, "reason": search.reason})
+            )
+            return 0
     correction = fit_features(feats, settings)
     save(correction, out)
     summary = {
@@ -184,16 +197,11 @@ def _cmd_fit(argv: Sequence[str]) -> int:
             "p_eps_V": correction.stats.get("radii", {}).get("p_eps_V"),
             "p_eps_L": correction.stats.get("radii", {}).get("p_eps_L"),
             "b": correction.stats.get("b"),
+            "out": str(out),
         }.items()
         if v is not None
     }
     print(json.dumps(summary))
-    if args.plot and args.method == "constant":
-        from lm_eval_robust.fit.constant import plot_constant_search
-        from lm_eval_robust.fit.run import constant_search_of
-
-        plot_constant_search(constant_search_of(feats, settings), args.plot)
-    print(f"wrote {out}")
     return 0
 
 

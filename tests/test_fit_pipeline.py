@@ -42,11 +42,11 @@ def fitted(tiny_model_dir: Path, data_dir: Path, tmp_path_factory: pytest.TempPa
     corr = fit_features(feats, FitSettings(lam=1.0))
     path = tmp_path_factory.mktemp("corr") / "ni322.safetensors"
     save(corr, path)
-    return feats, corr, path
+    return feats, corr, path, root
 
 
 def test_features_shapes(fitted) -> None:
-    feats, _, _ = fitted
+    feats, *_ = fitted
     assert feats.x.shape == (20 * 5, 32)  # 20 train examples x (clean + 4)
     assert feats.label_logits.shape == (100, 2)
     p = feats.paired()
@@ -56,7 +56,7 @@ def test_features_shapes(fitted) -> None:
 
 
 def test_correction_stats(fitted) -> None:
-    _, corr, _ = fitted
+    _, corr, *_ = fitted
     assert corr.task == "ni322_format_pert"
     assert corr.W is not None and corr.W.shape == (33, 2)
     radii = corr.stats["radii"]
@@ -67,7 +67,7 @@ def test_correction_stats(fitted) -> None:
 def test_applied_correction_equals_numpy(fitted, tiny_model_dir: Path, tmp_path: Path) -> None:
     from lm_eval_robust.fit.features import load_features
 
-    _, corr, path = fitted
+    _, corr, path, _ = fitted
     reqs = _requests("ni322_format_pert")
     lm = _lm(tiny_model_dir, correction=str(path), collect_features=str(tmp_path))
     out = lm.loglikelihood(reqs, disable_tqdm=True)
@@ -88,7 +88,7 @@ def test_applied_correction_equals_numpy(fitted, tiny_model_dir: Path, tmp_path:
 
 
 def test_correction_changes_predictions_only_through_labels(fitted, tiny_model_dir: Path) -> None:
-    _, _, path = fitted
+    _, _, path, _ = fitted
     reqs = _requests("ni322_format_pert")[:20]
     base = _lm(tiny_model_dir).loglikelihood(reqs, disable_tqdm=True)
     deb = _lm(tiny_model_dir, correction=str(path)).loglikelihood(reqs, disable_tqdm=True)
@@ -103,7 +103,7 @@ def test_correction_for_other_model_is_refused(
 
     from lm_eval_robust.correction import CorrectionError
 
-    _, _, path = fitted
+    _, _, path, _ = fitted
     other = tmp_path / "other"
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():
@@ -117,7 +117,33 @@ def test_correction_for_other_model_is_refused(
 def test_missing_task_correction(fitted, tiny_model_dir: Path) -> None:
     from lm_eval_robust.correction import CorrectionError
 
-    _, _, path = fitted
+    _, _, path, _ = fitted
     lm = _lm(tiny_model_dir, correction=str(path))
     with pytest.raises(CorrectionError, match="no correction for task 'ni280_format_pert'"):
         lm.loglikelihood(_requests("ni280_format_pert")[:4], disable_tqdm=True)
+
+
+def test_fit_cli(fitted, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from lm_eval_robust.cli import main
+    from lm_eval_robust.correction import load
+
+    *_, root = fitted
+    feats = str(root / "ni322_format_pert_train")
+    out = tmp_path / "c.safetensors"
+    argv = ["fit", "--task", "ni322_format_pert", "--features", feats, "--lam", "auto"]
+    assert main([*argv, "-o", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["task"] == "ni322_format_pert" and summary["lam"] > 0
+    assert load(out).stats["lambda_selection"]["table"]
+    plot = tmp_path / "constant.png"
+    argv = ["fit", "--task", "ni322_format_pert", "--features", feats, "--method", "constant"]
+    assert main([*argv, "--plot", str(plot), "-o", str(tmp_path / "k.safetensors")]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["method"] == "constant"
+    assert plot.stat().st_size > 1000
+    if line.get("b") is None:
+        assert line["reason"] and not (tmp_path / "k.safetensors").exists()
+    else:
+        assert load(tmp_path / "k.safetensors").method == "constant"
