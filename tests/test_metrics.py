@@ -49,3 +49,17 @@ def test_empty_is_nan() -> None:
     clean_only = [i for i in ITEMS if i["pert_id"] == 0]
     assert math.isnan(m.bac_pert(clean_only))
     assert math.isnan(m.delta_drop(clean_only))
+
+
+def test_margin_auc() -> None:
+    items = [
+        {**_item(i, 0, g, 0), "ll": [0.0, s]}
+        for i, (g, s) in enumerate([(0, -2.0), (0, 0.5), (1, 1.0), (1, 3.0)])
+    ]
+    assert m.auc_clean(items) == pytest.approx(1.0)  # margins rank the classes perfectly
+    items[1]["ll"] = [0.0, 2.0]  # one negative now outranks one positive: 3 of 4 pairs right
+    assert m.auc_clean(items) == pytest.approx(0.75)
+    three = [{**_item(i, 1, i % 3, 0), "ll": [0.0, 0.0, 0.0]} for i in range(6)]
+    for it in three:
+        it["ll"][it["gold"]] = 1.0
+    assert m.auc_pert(three) == pytest.approx(1.0)

@@ -79,3 +79,37 @@ def maj_share_clean(items: Iterable[Mapping[str, Any]]) -> float:
 
 def maj_share_pert(items: Iterable[Mapping[str, Any]]) -> float:
     return majority_share(_arrays(list(items), perturbed=True)[1])
+
+
+def _scores(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
+    rows = [r for r in _rows(items) if (int(r["pert_id"]) > 0) == perturbed]
+    gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
+    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
+    return gold, ll
+
+
+def margin_auc(gold: np.ndarray, ll: np.ndarray) -> float:
+    """Threshold-free score of the label-logit margin.
+
+    Binary: ROC AUC of ``ll[1] - ll[0]`` for class 1. More classes: macro one-vs-rest AUC of the
+    softmax over the label log-likelihoods. NaN when fewer than two classes are present.
+    """
+    if gold.size == 0 or len(np.unique(gold)) < 2:
+        return math.nan
+    from sklearn.metrics import roc_auc_score
+
+    if ll.shape[1] == 2:
+        return float(roc_auc_score(gold, ll[:, 1] - ll[:, 0]))
+    z = ll - ll.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    present = np.unique(gold)
+    aucs = [roc_auc_score(gold == k, p[:, k]) for k in present if k < p.shape[1]]
+    return float(np.mean(aucs))
+
+
+def auc_clean(items: Iterable[Mapping[str, Any]]) -> float:
+    return margin_auc(*_scores(list(items), perturbed=False))
+
+
+def auc_pert(items: Iterable[Mapping[str, Any]]) -> float:
+    return margin_auc(*_scores(list(items), perturbed=True))

@@ -431,7 +431,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
     return {k: item for k in keys}
 
 
-METRICS_CLEAN: tuple[str, ...] = ("bac_clean", "acc_clean", "maj_share_clean")
+METRICS_CLEAN: tuple[str, ...] = ("bac_clean", "acc_clean", "maj_share_clean", "auc_clean")
 METRICS_PERT: tuple[str, ...] = (
     "bac_clean",
     "bac_pert",
@@ -440,4 +440,6 @@ METRICS_PERT: tuple[str, ...] = (
     "acc_pert",
     "maj_share_clean",
     "maj_share_pert",
+    "auc_clean",
+    "auc_pert",
 )
