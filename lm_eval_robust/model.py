@@ -68,6 +68,27 @@ def last_positions_head(
         handle.remove()
 
 
+@contextmanager
+def corrected_head(model: torch.nn.Module, correction: Any) -> Iterator[None]:
+    """Subtract ``psi(x) W + beta`` from the label-token logits of every head call (a hook)."""
+    from lm_eval_robust.correction import apply_correction
+
+    head = model.get_output_embeddings()  # type: ignore[operator]
+    ids = torch.tensor(correction.label_token_ids, dtype=torch.long)
+
+    def fix(_module: torch.nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor:
+        idx = ids.to(out.device)
+        out = out.clone()
+        out[..., idx] = apply_correction(correction, args[0], out[..., idx]).to(out.dtype)
+        return out
+
+    handle = head.register_forward_hook(fix)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 @dataclass
 class _Row:
     """One forward row: the input, and every request (and doc) it answers."""
@@ -189,6 +210,25 @@ class DebiasedHFLM(HFLM):
                 f"fit one with `lm-eval-robust fit --task {key}` or drop correction="
             )
         return key
+
+    # ------------------------------------------------------------------ generation
+    def _model_generate(
+        self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any
+    ) -> torch.Tensor:
+        """Generation with the correction applied to the label logits at every decoding step."""
+        if not self._corrections:
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        if len(self._corrections) != 1:
+            from lm_eval_robust.correction import CorrectionError
+
+            raise CorrectionError(
+                "generation applies one correction to every request, but "
+                f"{len(self._corrections)} are loaded ({sorted(self._corrections)}); pass a "
+                "single correction file"
+            )
+        corr = next(iter(self._corrections.values()))
+        with corrected_head(self.model, corr):
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
 
     def _fast_batch_size(self) -> int:
         bs = self.batch_size

@@ -147,3 +147,39 @@ def test_fit_cli(fitted, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert line["reason"] and not (tmp_path / "k.safetensors").exists()
     else:
         assert load(tmp_path / "k.safetensors").method == "constant"
+
+
+def test_generation_hook_applies_correction(fitted, tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_robust.correction import load
+    from lm_eval_robust.model import corrected_head, last_positions_head
+
+    _, _, path, _ = fitted
+    corr = load(path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    inps = torch.randint(3, 200, (2, 7))
+    last = torch.tensor([[6], [6]])
+    with torch.no_grad():
+        with last_positions_head(model, last) as cap:
+            raw = model(inps).logits[:, -1]
+        with corrected_head(model, corr):
+            fixed = model(inps).logits[:, -1]
+    x = cap["hidden"][:, -1].numpy()
+    w, beta = np.asarray(corr.W), np.asarray(corr.beta)
+    ids = corr.label_token_ids
+    expected = raw[:, ids].numpy() - (x @ w[:-1] + w[-1] + beta)
+    np.testing.assert_allclose(fixed[:, ids].numpy(), expected, atol=1e-4)
+    others = [i for i in range(raw.shape[1]) if i not in ids]
+    torch.testing.assert_close(fixed[:, others], raw[:, others])
+
+
+def test_generate_until_with_correction(fitted, tiny_model_dir: Path) -> None:
+    from lm_eval.api.instance import Instance
+
+    _, _, path, _ = fitted
+    lm = _lm(tiny_model_dir, correction=str(path))
+    req = Instance("generate_until", {}, ("Comment: hello\nAnswer:", {"max_gen_toks": 3}), 0)
+    out = lm.generate_until([req], disable_tqdm=True)
+    assert isinstance(out[0], str)
