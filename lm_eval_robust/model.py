@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.offline_models import resolve_pretrained
+from lm_eval_robust.prefix_cache import PrefixCache, inference_context
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class DebiasedHFLM(HFLM):
         pretrained: Any = "gemma-3-270m",
         correction: str | None = None,
         collect_features: str | None = None,
+        prefix_cache: bool | str = True,
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, str):
@@ -126,6 +128,7 @@ class DebiasedHFLM(HFLM):
             if "tokenizer" not in kwargs:
                 kwargs["tokenizer"] = pretrained
         super().__init__(pretrained=pretrained, **kwargs)
+        self._enable_cpu_data_parallel()
         self._fingerprint: dict[str, Any] | None = None
         self._corrections: dict[str, Any] = {}
         if correction:
@@ -133,6 +136,26 @@ class DebiasedHFLM(HFLM):
 
             self._corrections = load_corrections(correction, self.fingerprint)
         self._collector = FeatureCollector(collect_features) if collect_features else None
+        self._prefix_cache: PrefixCache | None = None
+        if _truthy(prefix_cache) and self.backend == "causal":
+            self._prefix_cache = PrefixCache(
+                self.model,
+                model_call=self._model_call,
+                context=inference_context(self.device.type, self.mixed_precision_dtype),
+                max_cached_prefixes=8,
+            )
+
+    def _enable_cpu_data_parallel(self) -> None:
+        """Split docs across ``accelerate launch --cpu`` processes.
+
+        The parent class turns data parallel on only when it counts more than one GPU; on CPU
+        every process would then score every doc. Under a multi-process launch each process
+        takes its rank's share instead, and the harness gathers per-doc values on rank 0.
+        """
+        acc = getattr(self, "accelerator", None)
+        if acc is not None and acc.num_processes > 1 and self.world_size == 1:
+            setattr(self, "_rank", int(acc.process_index))  # noqa: B010 (parent's private slots)
+            setattr(self, "_world_size", int(acc.num_processes))  # noqa: B010
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -239,7 +262,13 @@ class DebiasedHFLM(HFLM):
     ) -> Iterator[tuple[int, tuple[float, bool]]]:
         # One forward row per distinct input (and correction), as the harness's logits cache
         # does for choices sharing a context; the head runs on the scored positions only.
-        rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
+        if self._prefix_cache is not None:
+            # rows sharing a prompt prefix (Definition + demonstrations) stay together, so each
+            # prefix's key/value cache is computed once
+            order = self._prefix_cache.plan([r.inp for r in rows], n_keep=self.max_fast_tokens)
+            rows = [rows[i] for i in order]
+        else:
+            rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
         bs = self._fast_batch_size()
         bar = tqdm(
             total=len(rows),
@@ -304,6 +333,8 @@ class DebiasedHFLM(HFLM):
 
         Returns ``([batch, n_keep, vocab], [batch, n_keep, hidden])``.
         """
+        if self._prefix_cache is not None:
+            return self._prefix_cache.forward_last(inputs, n_keep)
         width = max(len(c) for c in inputs)
         inps = torch.zeros((len(inputs), width), dtype=torch.long, device=self.device)
         for row, inp in enumerate(inputs):  # right padding with 0, as the harness does
@@ -395,6 +426,10 @@ class FeatureCollector:
 
 class FeatureError(UserError):
     """Collected features that cannot be used."""
+
+
+def _truthy(value: bool | str) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes")
 
 
 def _is_ours(req: Any) -> bool:

@@ -1,0 +1,335 @@
+"""Read lm-eval output folders and pair the docs of two runs by (task, example_id, pert_id).
+
+``lm_eval ... --output_path OUT --log_samples`` writes ``OUT/<model_dir>/results_<ts>.json`` and
+one ``OUT/<model_dir>/samples_<task>_<ts>.jsonl`` per task. A run is found from ``OUT``, from
+``OUT/<model_dir>`` or from the results file itself. Only what the report needs is kept of each
+sample line: the per-doc item our ``process_results`` returns (ids, gold, prediction, label
+log-likelihoods), the doc's kind and split, and the doc hash.
+
+Two runs are paired per task only if the protocol settings of the task agree (the task configs'
+metadata and dataset kwargs) and the runs scored exactly the same docs (same ids, same gold,
+same doc hash). Docs are matched by ids, never by position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from lm_eval_robust.errors import UserError
+
+__all__ = [
+    "PROTOCOL_KEYS",
+    "NoResultsError",
+    "NoSamplesError",
+    "PairedTask",
+    "ReportError",
+    "Run",
+    "TaskRun",
+    "UnpairableError",
+    "label_runs",
+    "load_run",
+    "pair_runs",
+]
+
+# Task settings that change which docs exist or what they contain (NIConfig's fields).
+PROTOCOL_KEYS: tuple[str, ...] = (
+    "n_examples",
+    "n_perturbations",
+    "n_shots",
+    "seed",
+    "format_pool",
+    "split_fractions",
+    "text_rate",
+    "text_kinds",
+    "text_scope",
+)
+_DEFAULTS: dict[str, Any] = {
+    "n_examples": 200,
+    "n_perturbations": 200,
+    "n_shots": 2,
+    "seed": 1234,
+    "format_pool": 200,
+    "split_fractions": (0.5, 0.35, 0.15),
+    "text_rate": 0.05,
+    "text_kinds": ("zero_width", "confusable", "markup", "typo"),
+    "text_scope": "all",
+}
+
+
+class ReportError(UserError):
+    """A report input problem; the message names the folder and the fix."""
+
+
+class NoResultsError(ReportError):
+    """No ``results_*.json`` where a run was expected."""
+
+
+class NoSamplesError(ReportError):
+    """A run without per-doc samples (``--log_samples`` was not given)."""
+
+
+class UnpairableError(ReportError):
+    """Two runs that did not score the same docs under the same settings."""
+
+
+@dataclass(frozen=True, eq=False)
+class TaskRun:
+    """One task of one run: per-doc items keyed by (example_id, pert_id)."""
+
+    task: str
+    kind: str
+    split: str
+    items: dict[tuple[str, int], dict[str, Any]]
+    doc_hashes: dict[tuple[str, int], str]
+    config: Mapping[str, Any]
+
+    def item_list(self) -> list[dict[str, Any]]:
+        return [self.items[k] for k in sorted(self.items)]
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One lm-eval run (one results file) and its tasks with samples."""
+
+    path: Path
+    label: str
+    model: str
+    results_file: Path
+    tasks: dict[str, TaskRun]
+    results: Mapping[str, Any] = field(repr=False)
+    notes: tuple[str, ...] = ()
+
+
+def _find_results(path: Path) -> Path:
+    if path.is_file():
+        if path.name.startswith("results_") and path.suffix == ".json":
+            return path
+        raise NoResultsError(f"{path}: not a results_*.json file of an lm_eval run")
+    if not path.is_dir():
+        raise NoResultsError(f"{path}: no such folder")
+    found = sorted(path.glob("results_*.json"))
+    if not found:
+        found = sorted(path.glob("*/results_*.json"))
+    if not found:
+        raise NoResultsError(
+            f"{path}: no results_*.json found; give the --output_path folder of an lm_eval run"
+        )
+    folders = sorted({f.parent for f in found})
+    if len(folders) > 1:
+        raise NoResultsError(
+            f"{path}: runs of several models ({', '.join(f.name for f in folders)}); "
+            "give one of these folders"
+        )
+    return found[-1]  # ISO timestamps sort in time order: the latest run
+
+
+def _model_name(results: Mapping[str, Any]) -> str:
+    cfg = results.get("config", {}) or {}
+    args = cfg.get("model_args", "")
+    if isinstance(args, Mapping):
+        pretrained = args.get("pretrained")
+        extra = "+correction" if args.get("correction") else ""
+    else:
+        parts = dict(
+            p.split("=", 1) for p in str(args).split(",") if "=" in p
+        )  # "pretrained=x,correction=y"
+        pretrained = parts.get("pretrained")
+        extra = "+correction" if parts.get("correction") else ""
+    name = str(pretrained or cfg.get("model_name") or cfg.get("model") or "model")
+    return name.rstrip("/").split("/")[-1] + extra
+
+
+_NOT_METRICS = frozenset({"doc", "arguments", "resps", "filtered_resps", "target"})
+
+
+def _item_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The per-doc value our process_results gave (the same dict under every metric key)."""
+    for key, value in sample.items():
+        if key in _NOT_METRICS or not isinstance(value, Mapping):
+            continue
+        if "example_id" in value and "pert_id" in value and "pred" in value:
+            return dict(value)
+    return None
+
+
+def _read_samples(
+    file: Path, task: str, config: Mapping[str, Any]
+) -> tuple[TaskRun | None, list[str]]:
+    items: dict[tuple[str, int], dict[str, Any]] = {}
+    hashes: dict[tuple[str, int], str] = {}
+    kinds: set[str] = set()
+    splits: set[str] = set()
+    notes: list[str] = []
+    with file.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                sample = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ReportError(f"{file}:{n}: not valid JSON ({exc.msg})") from None
+            item = _item_of(sample)
+            if item is None:
+                return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
+            if item.get("ll") is None:
+                raise ReportError(f"{file}:{n}: the per-doc values have no 'll'; rerun the task")
+            key = (str(item["example_id"]), int(item["pert_id"]))
+            items[key] = item
+            doc = sample.get("doc") or {}
+            kinds.add(str(doc.get("kind", "")))
+            splits.add(str(doc.get("split", "")))
+            if sample.get("doc_hash") is not None:
+                hashes[key] = str(sample["doc_hash"])
+    if not items:
+        return None, [f"{task}: empty samples file {file.name}"]
+    kwargs = config.get("dataset_kwargs") or {}
+    kind = "/".join(sorted(k for k in kinds if k)) or str(kwargs.get("lmer_kind", ""))
+    split = "/".join(sorted(s for s in splits if s)) or str(kwargs.get("lmer_split", ""))
+    return TaskRun(task, kind, split, items, hashes, config), notes
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """Load a run from its output folder (or model subfolder, or results file)."""
+    p = Path(path)
+    results_file = _find_results(p)
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise NoResultsError(f"{results_file}: not valid JSON ({exc.msg})") from None
+    stamp = results_file.stem[len("results_") :]
+    folder = results_file.parent
+    configs: Mapping[str, Any] = results.get("configs", {}) or {}
+    task_names = sorted(set(configs) | set(results.get("results", {}) or {}))
+    tasks: dict[str, TaskRun] = {}
+    notes: list[str] = []
+    missing: list[str] = []
+    for task in task_names:
+        file = folder / f"samples_{task}_{stamp}.jsonl"
+        if not file.is_file():
+            if task in configs:
+                missing.append(task)
+            continue
+        tr, more = _read_samples(file, task, configs.get(task, {}) or {})
+        notes += more
+        if tr is not None:
+            tasks[task] = tr
+    if not tasks:
+        if missing:
+            raise NoSamplesError(
+                f"{folder}: no samples_*_{stamp}.jsonl for {', '.join(missing)}; "
+                "rerun lm_eval with --log_samples"
+            )
+        raise NoSamplesError(f"{folder}: no task with lm-eval-robust per-doc samples")
+    notes += [f"{t}: no samples file (run without --log_samples?); left out" for t in missing]
+    name = p.name if p.is_dir() else p.parent.name
+    return Run(
+        path=p,
+        label=label or name,
+        model=_model_name(results),
+        results_file=results_file,
+        tasks=tasks,
+        results=results,
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Pairing
+
+
+@dataclass(frozen=True, eq=False)
+class PairedTask:
+    """One task scored by two runs on the same docs."""
+
+    task: str
+    base: TaskRun
+    other: TaskRun
+    keys: tuple[tuple[str, int], ...]
+
+
+def _protocol(config: Mapping[str, Any]) -> dict[str, str]:
+    md = config.get("metadata") or {}
+    out = {k: _norm(md.get(k, _DEFAULTS[k])) for k in PROTOCOL_KEYS}
+    kwargs = config.get("dataset_kwargs") or {}
+    for k in sorted(kwargs):
+        out[f"dataset_kwargs.{k}"] = _norm(kwargs[k])
+    return out
+
+
+def _norm(value: Any) -> str:
+    if isinstance(value, str) and "," in value:
+        value = [v.strip() for v in value.replace("+", ",").split(",") if v.strip()]
+    if isinstance(value, list | tuple):
+        return json.dumps([_norm(v) for v in value])
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return str(int(number)) if number.is_integer() else str(number)
+    return str(value)
+
+
+def _check_task(task: str, a: TaskRun, b: TaskRun, labels: tuple[str, str]) -> PairedTask:
+    pa, pb = _protocol(a.config), _protocol(b.config)
+    diff = [k for k in pa if pa.get(k) != pb.get(k)] + [k for k in pb if k not in pa]
+    if diff:
+        k = diff[0]
+        raise UnpairableError(
+            f"{task}: runs {labels[0]!r} and {labels[1]!r} differ in {k} "
+            f"({pa.get(k)} vs {pb.get(k)}); rerun with the same --metadata"
+        )
+    ka, kb = set(a.items), set(b.items)
+    if ka != kb:
+        raise UnpairableError(
+            f"{task}: runs {labels[0]!r} and {labels[1]!r} scored different docs ({len(ka)} vs "
+            f"{len(kb)}, {len(ka & kb)} in common); rerun both with the same settings and --limit"
+        )
+    for key in sorted(ka):
+        ia, ib = a.items[key], b.items[key]
+        ha, hb = a.doc_hashes.get(key), b.doc_hashes.get(key)
+        if int(ia["gold"]) != int(ib["gold"]) or (ha and hb and ha != hb):
+            raise UnpairableError(
+                f"{task}: doc {key[0]!r} #{key[1]} differs between runs {labels[0]!r} and "
+                f"{labels[1]!r} (prompt or gold); rerun both with the same data and settings"
+            )
+        if len(ia["ll"]) != len(ib["ll"]):
+            raise UnpairableError(f"{task}: doc {key[0]!r} #{key[1]} has different label sets")
+    return PairedTask(task, a, b, tuple(sorted(ka)))
+
+
+def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
+    """The tasks both runs scored, checked doc by doc; notes name tasks only one run has."""
+    labels = (base.label, other.label)
+    common = sorted(set(base.tasks) & set(other.tasks))
+    if not common:
+        raise UnpairableError(
+            f"runs {labels[0]!r} ({', '.join(sorted(base.tasks))}) and {labels[1]!r} "
+            f"({', '.join(sorted(other.tasks))}) share no task"
+        )
+    notes = [
+        f"{t}: only in run {lab!r}; not compared"
+        for lab, run, rest in ((labels[0], base, other), (labels[1], other, base))
+        for t in sorted(set(run.tasks) - set(rest.tasks))
+    ]
+    return [_check_task(t, base.tasks[t], other.tasks[t], labels) for t in common], notes
+
+
+def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> list[Run]:
+    """Load several runs; labels default to the folder names, made unique."""
+    if labels is not None and len(labels) != len(paths):
+        raise ReportError(f"--labels gives {len(labels)} names for {len(paths)} runs")
+    runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(paths)]
+    seen: dict[str, int] = {}
+    out = []
+    for r in runs:
+        n = seen.get(r.label, 0)
+        seen[r.label] = n + 1
+        out.append(r if n == 0 else replace(r, label=f"{r.label}#{n + 1}"))
+    return out

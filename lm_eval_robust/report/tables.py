@@ -1,0 +1,634 @@
+"""Robustness and debiasing metrics per task with clustered BCa CIs, and their rendering.
+
+All numbers are in percent (the paper's units). One run, per task:
+
+* ``bac_clean``, ``bac_pert``: balanced accuracy of the clean prompts / perturbed variants;
+  ``delta_drop = bac_pert - bac_clean`` (negative: perturbations hurt, the paper's sign);
+  ``bac_all``: BAC over clean and perturbed docs pooled; majority-class shares of the
+  predictions beside every drop (a collapsed model shows a high share and BAC near 50);
+* ``p_c``, ``p_h``: per-example certification rates; ``P_c``, ``P_h``: population guarantees
+  (:mod:`lm_eval_robust.metrics.certify`).
+
+Two runs (base, other = e.g. debiased), paired by example:
+
+* ``delta_clean = bac_clean' - bac_clean``, ``delta_pert = bac_pert' - bac_pert``;
+* ``p_damage = 100 (bac_clean - bac_pert)/bac_clean`` (base);
+  ``p_recover = 100 delta_pert/(bac_clean - bac_pert)``; ``p_clean = 100 delta_clean/bac_clean``;
+  ``p_combined = 100 (bac_all' - bac_all)/bac_all`` (the pooled docs: with K variants per
+  example the clean prompts weigh 1/(K+1), which reproduces the paper's Table 10);
+  a denominator within 1e-9 of 0 gives NaN and a note;
+* ``d_p_c``, ``d_p_h``, ``d_P_c``, ``d_P_h``: certification after minus before.
+
+Every value has a 95% BCa CI from a cluster bootstrap over source examples (an example's clean
+prompt and all its variants move together; both runs are resampled with the same clusters).
+Across tasks, the task-level mean gets a BCa CI from bootstrapping the tasks (Tables 10-11).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lm_eval_robust.metrics.bootstrap import (
+    DEFAULT_RESAMPLES,
+    TaskLevelCI,
+    bac_from_counts,
+    cluster_bootstrap_ci,
+    linear_stat,
+    task_level_ci,
+)
+from lm_eval_robust.metrics.certify import (
+    CertConfig,
+    Certification,
+    MarginTable,
+    Verification,
+    certify,
+    verification,
+)
+from lm_eval_robust.metrics.classification import majority_share
+from lm_eval_robust.report.pairing import PairedTask, Run, TaskRun, pair_runs
+
+__all__ = [
+    "PAIR_METRICS",
+    "RUN_METRICS",
+    "Estimate",
+    "GroupSummary",
+    "PairSummary",
+    "Report",
+    "ReportSettings",
+    "TaskSummary",
+    "build_report",
+    "to_csv",
+    "to_json",
+    "to_markdown",
+]
+
+RUN_METRICS: tuple[str, ...] = (
+    "bac_clean",
+    "bac_pert",
+    "delta_drop",
+    "bac_all",
+    "p_c",
+    "p_h",
+    "P_c",
+    "P_h",
+)
+PAIR_METRICS: tuple[str, ...] = (
+    "delta_clean",
+    "delta_pert",
+    "p_damage",
+    "p_recover",
+    "p_clean",
+    "p_combined",
+    "d_p_c",
+    "d_p_h",
+    "d_P_c",
+    "d_P_h",
+)
+LABELS: dict[str, str] = {
+    "bac_clean": "BAC clean",
+    "bac_pert": "BAC pert",
+    "delta_drop": "δ_drop",
+    "bac_all": "BAC all",
+    "p_c": "p_C",
+    "p_h": "p_H",
+    "P_c": "P_C",
+    "P_h": "P_H",
+    "delta_clean": "δ_clean",
+    "delta_pert": "δ_pert",
+    "p_damage": "p_damage",
+    "p_recover": "p_recover",
+    "p_clean": "p_clean",
+    "p_combined": "p_combined",
+    "d_p_c": "Δp_C",
+    "d_p_h": "Δp_H",
+    "d_P_c": "ΔP_C",
+    "d_P_h": "ΔP_H",
+}
+TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    n_resamples: int = DEFAULT_RESAMPLES
+    confidence: float = 0.95
+    seed: int = 0
+    cert: CertConfig = field(default_factory=CertConfig)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A value (percent) and its CI; NaN bounds where no interval exists."""
+
+    value: float
+    low: float = math.nan
+    high: float = math.nan
+
+
+@dataclass(frozen=True, eq=False)
+class TaskSummary:
+    run: str
+    model: str
+    task: str
+    kind: str
+    split: str
+    n_examples: int
+    n_variants: int
+    metrics: dict[str, Estimate]
+    maj_share_clean: float
+    maj_share_pert: float
+    verification: dict[str, Verification]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class PairSummary:
+    base: str
+    other: str
+    task: str
+    kind: str
+    split: str
+    metrics: dict[str, Estimate]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class GroupSummary:
+    """Task-level means across the tasks of one run (or one pair) and one perturbation kind."""
+
+    label: str
+    kind: str
+    metrics: dict[str, TaskLevelCI]
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    settings: ReportSettings
+    runs: list[dict[str, str]]
+    tasks: list[TaskSummary]
+    pairs: list[PairSummary]
+    across_runs: list[GroupSummary]
+    across_pairs: list[GroupSummary]
+    notes: list[str]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-task sufficient statistics (one row per source example)
+
+
+@dataclass(frozen=True, eq=False)
+class _RunData:
+    table: MarginTable
+    cert: Certification
+    suff: np.ndarray  # [E, 4Q + 3]
+
+    @property
+    def q(self) -> int:
+        return self.table.n_classes
+
+
+def _run_data(task: TaskRun, config: CertConfig) -> _RunData:
+    table = MarginTable.from_items(task.item_list())
+    cert = certify(table, config)
+    q, e = table.n_classes, table.n_examples
+    onehot = np.zeros((e, q))
+    onehot[np.arange(e), np.clip(table.gold, 0, q - 1)] = 1.0
+    clean_ok = (table.has_clean & (table.clean_pred == table.gold)).astype(float)
+    var_ok = (table.var_pred == table.var_gold).astype(float)
+    pc = np.bincount(table.var_example, weights=var_ok, minlength=e)
+    pn = np.bincount(table.var_example, minlength=e).astype(float)
+    elig = cert.eligible.astype(float)
+    suff = np.hstack(
+        [
+            onehot * clean_ok[:, None],
+            onehot * table.has_clean[:, None],
+            onehot * pc[:, None],
+            onehot * pn[:, None],
+            (cert.certified_c & cert.eligible).astype(float)[:, None],
+            (cert.certified_h & cert.eligible).astype(float)[:, None],
+            elig[:, None],
+        ]
+    )
+    return _RunData(table, cert, suff)
+
+
+def _population(s: np.ndarray, m: np.ndarray, phi: float, psi: float) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lb = s / m - np.sqrt(np.log(2.0 / psi) / (2.0 * m))
+        return np.where(m > 0, (1.0 - phi) * np.maximum(0.0, lb), np.nan)
+
+
+def _run_derive(
+    q: int, ok_c: bool, ok_h: bool, config: CertConfig
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Weighted totals ``[b, 4Q + 3]`` -> the RUN_METRICS in percent ``[b, 8]``."""
+
+    def derive(t: np.ndarray) -> np.ndarray:
+        cc, cn, pc, pn = (t[:, i * q : (i + 1) * q] for i in range(4))
+        s_c, s_h, m = t[:, 4 * q], t[:, 4 * q + 1], t[:, 4 * q + 2]
+        clean = bac_from_counts(cc, cn)
+        pert = bac_from_counts(pc, pn)
+        pooled = bac_from_counts(cc + pc, cn + pn)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p_c = np.where(ok_c & (m > 0), s_c / m, np.nan)
+            p_h = np.where(ok_h & (m > 0), s_h / m, np.nan)
+        big_c = np.where(ok_c, _population(s_c, m, config.phi, config.psi), np.nan)
+        big_h = np.where(ok_h, _population(s_h, m, config.phi, config.psi), np.nan)
+        cols = [clean, pert, pert - clean, pooled, p_c, p_h, big_c, big_h]
+        return 100.0 * np.stack(cols, axis=1)
+
+    return derive
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.abs(den) > TOL * 100.0, 100.0 * num / den, np.nan)
+
+
+def _pair_from_runs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """RUN_METRICS of base ``a`` and other ``b`` ``[n, 8]`` (percent) -> PAIR_METRICS."""
+    i = {m: k for k, m in enumerate(RUN_METRICS)}
+    damage = a[:, i["bac_clean"]] - a[:, i["bac_pert"]]
+    d_clean = b[:, i["bac_clean"]] - a[:, i["bac_clean"]]
+    d_pert = b[:, i["bac_pert"]] - a[:, i["bac_pert"]]
+    cols = [
+        d_clean,
+        d_pert,
+        _ratio(damage, a[:, i["bac_clean"]]),
+        _ratio(d_pert, damage),
+        _ratio(d_clean, a[:, i["bac_clean"]]),
+        _ratio(b[:, i["bac_all"]] - a[:, i["bac_all"]], a[:, i["bac_all"]]),
+        b[:, i["p_c"]] - a[:, i["p_c"]],
+        b[:, i["p_h"]] - a[:, i["p_h"]],
+        b[:, i["P_c"]] - a[:, i["P_c"]],
+        b[:, i["P_h"]] - a[:, i["P_h"]],
+    ]
+    return np.stack(cols, axis=1)
+
+
+def _task_seed(settings: ReportSettings, task: str) -> np.random.Generator:
+    return np.random.default_rng([settings.seed, zlib.crc32(task.encode())])
+
+
+def _estimates(names: Sequence[str], ci: Any) -> dict[str, Estimate]:
+    return {
+        n: Estimate(float(ci.estimate[k]), float(ci.low[k]), float(ci.high[k]))
+        for k, n in enumerate(names)
+    }
+
+
+def _ci_notes(names: Sequence[str], ci: Any, n_resamples: int) -> list[str]:
+    notes = []
+    for k, n in enumerate(names):
+        bad = int(ci.invalid[k])
+        if math.isfinite(ci.estimate[k]) and bad:
+            notes.append(
+                f"{LABELS[n]}: undefined in {100.0 * bad / n_resamples:.1f}% of resamples"
+                + (" (no CI)" if math.isnan(ci.low[k]) else " (left out of the CI)")
+            )
+    return notes
+
+
+def _verifications(cert: Certification) -> dict[str, Verification]:
+    return {"c": verification(cert, "c"), "h": verification(cert, "h")}
+
+
+def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSummary:
+    """The RUN_METRICS of one task of one run with clustered BCa CIs."""
+    data = _run_data(task, settings.cert)
+    cert, table = data.cert, data.table
+    notes = [f"certificates: {cert.note}"] if cert.note else []
+    derive = _run_derive(data.q, cert.computable("c"), cert.computable("h"), settings.cert)
+    if table.n_examples >= 2:
+        ci = cluster_bootstrap_ci(
+            linear_stat(data.suff, derive),
+            table.n_examples,
+            n_resamples=settings.n_resamples,
+            confidence=settings.confidence,
+            seed=_task_seed(settings, task.task),
+        )
+        metrics = _estimates(RUN_METRICS, ci)
+        notes += _ci_notes(RUN_METRICS, ci, settings.n_resamples)
+    else:
+        point = derive(data.suff.sum(axis=0, keepdims=True))[0]
+        metrics = {n: Estimate(float(point[k])) for k, n in enumerate(RUN_METRICS)}
+        notes.append("fewer than 2 examples: no CIs")
+    if "holdout" not in task.split:
+        notes.append(f"P_C/P_H on the {task.split or '?'} split (the paper uses *_holdout tasks)")
+    clean_pred = table.clean_pred[table.has_clean]
+    return TaskSummary(
+        run=run.label,
+        model=run.model,
+        task=task.task,
+        kind=task.kind,
+        split=task.split,
+        n_examples=table.n_examples,
+        n_variants=int(table.var_example.shape[0]),
+        metrics=metrics,
+        maj_share_clean=100.0 * majority_share(clean_pred),
+        maj_share_pert=100.0 * majority_share(table.var_pred),
+        verification=_verifications(cert),
+        notes=tuple(notes),
+    )
+
+
+def summarize_pair(
+    base: Run, other: Run, paired: PairedTask, settings: ReportSettings
+) -> PairSummary:
+    """The PAIR_METRICS of one task, resampling the same examples for both runs."""
+    a = _run_data(paired.base, settings.cert)
+    b = _run_data(paired.other, settings.cert)
+    if not np.array_equal(a.table.example_ids, b.table.example_ids):
+        raise AssertionError("paired tables must list the same examples")
+    fa = _run_derive(a.q, a.cert.computable("c"), a.cert.computable("h"), settings.cert)
+    fb = _run_derive(b.q, b.cert.computable("c"), b.cert.computable("h"), settings.cert)
+    width = a.suff.shape[1]
+
+    def derive(t: np.ndarray) -> np.ndarray:
+        return _pair_from_runs(fa(t[:, :width]), fb(t[:, width:]))
+
+    suff = np.hstack([a.suff, b.suff])
+    notes: list[str] = []
+    if a.table.n_examples >= 2:
+        ci = cluster_bootstrap_ci(
+            linear_stat(suff, derive),
+            a.table.n_examples,
+            n_resamples=settings.n_resamples,
+            confidence=settings.confidence,
+            seed=_task_seed(settings, paired.task),
+        )
+        metrics = _estimates(PAIR_METRICS, ci)
+        notes += _ci_notes(PAIR_METRICS, ci, settings.n_resamples)
+    else:
+        point = derive(suff.sum(axis=0, keepdims=True))[0]
+        metrics = {n: Estimate(float(point[k])) for k, n in enumerate(PAIR_METRICS)}
+    for name, why in (
+        ("p_damage", "BAC_clean = 0"),
+        ("p_recover", "no perturbation damage (BAC_clean = BAC_pert)"),
+        ("p_clean", "BAC_clean = 0"),
+        ("p_combined", "pooled BAC = 0"),
+    ):
+        if math.isnan(metrics[name].value):
+            notes.append(f"{name} undefined: {why}")
+    dmg = metrics["p_damage"].value
+    if math.isfinite(dmg) and abs(dmg) < 2.0:
+        notes.append("p_recover is a ratio over a damage below 2% of clean BAC: unstable")
+    return PairSummary(
+        base=base.label,
+        other=other.label,
+        task=paired.task,
+        kind=paired.base.kind,
+        split=paired.base.split,
+        metrics=metrics,
+        notes=tuple(notes),
+    )
+
+
+def _groups(
+    rows: Sequence[Any], label_of: Callable[[Any], str], names: Sequence[str], seed: int, n: int
+) -> list[GroupSummary]:
+    keys: dict[tuple[str, str], list[Any]] = {}
+    for r in rows:
+        keys.setdefault((label_of(r), r.kind), []).append(r)
+    out = []
+    for (label, kind), group in keys.items():
+        metrics = {
+            m: task_level_ci([r.metrics[m].value for r in group], n_resamples=n, seed=seed)
+            for m in names
+        }
+        out.append(GroupSummary(label, kind, metrics))
+    return out
+
+
+def build_report(runs: Sequence[Run], settings: ReportSettings = ReportSettings()) -> Report:
+    """One run: robustness per task. Two or more: also every run against the first, paired."""
+    if not runs:
+        raise ValueError("no runs")
+    notes: list[str] = [f"{r.label}: {n}" for r in runs for n in r.notes]
+    tasks = [summarize_task(run, run.tasks[t], settings) for run in runs for t in sorted(run.tasks)]
+    pairs: list[PairSummary] = []
+    for other in runs[1:]:
+        paired, more = pair_runs(runs[0], other)
+        notes += more
+        pairs += [summarize_pair(runs[0], other, p, settings) for p in paired]
+    n, seed = settings.n_resamples, settings.seed
+    return Report(
+        settings=settings,
+        runs=[{"label": r.label, "model": r.model, "results": str(r.results_file)} for r in runs],
+        tasks=tasks,
+        pairs=pairs,
+        across_runs=_groups(tasks, lambda r: r.run, RUN_METRICS, seed, n),
+        across_pairs=_groups(pairs, lambda r: f"{r.other} vs {r.base}", PAIR_METRICS, seed, n),
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _num(v: float) -> str:
+    return "n/a" if not math.isfinite(v) else f"{v:.1f}"
+
+
+def _cell(e: Estimate) -> str:
+    if not math.isfinite(e.value):
+        return "n/a"
+    if not (math.isfinite(e.low) and math.isfinite(e.high)):
+        return _num(e.value)
+    return f"{e.value:.1f} [{e.low:.1f}, {e.high:.1f}]"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _ver(v: Verification) -> str:
+    return f"{_num(100 * v.bac_certified)} / {_num(100 * v.bac_uncertified)}"
+
+
+def _across_table(groups: Sequence[GroupSummary]) -> str:
+    """Rows: metrics; columns: one per (model, kind) group, "mean [low, high] (tasks)"."""
+    header = ["metric"] + [f"{g.label} ({g.kind})" for g in groups]
+    names = list(groups[0].metrics)
+    rows = []
+    for name in names:
+        row = [LABELS[name]]
+        for g in groups:
+            v = g.metrics[name]
+            row.append(f"{_cell(Estimate(v.mean, v.low, v.high))} ({v.n_tasks})")
+        rows.append(row)
+    return _table(header, rows)
+
+
+def to_markdown(report: Report) -> str:
+    s = report.settings
+    pct = round(100 * s.confidence)
+    out = [
+        "# Robustness report",
+        "",
+        "Runs: "
+        + "; ".join(f"**{r['label']}** ({r['model']}, `{r['results']}`)" for r in report.runs),
+        "",
+        f"All values in percent. [{pct}% CI]: BCa, {s.n_resamples} resamples of source examples "
+        f"(an example's variants move together; paired runs share resamples), seed {s.seed}. "
+        f"Certificates: φ = {s.cert.phi}, ψ = {s.cert.psi}, ε_B rule `{s.cert.eps_rule}`, "
+        f"density rule `{s.cert.density_rule}`, Chebyshev `{s.cert.chebyshev}`.",
+        "",
+        "## Robustness per model × task",
+        "",
+    ]
+    header = ["model", "task", "n", "K", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]
+    header += ["p_C", "p_H", "P_C", "P_H"]
+    rows = []
+    for t in report.tasks:
+        k = t.n_variants / max(t.n_examples, 1)
+        m = t.metrics
+        rows.append(
+            [t.run, t.task, str(t.n_examples), f"{k:.0f}"]
+            + [_cell(m[x]) for x in ("bac_clean", "bac_pert", "delta_drop")]
+            + [f"{_num(t.maj_share_clean)}/{_num(t.maj_share_pert)}"]
+            + [_cell(m[x]) for x in ("p_c", "p_h", "P_c", "P_h")]
+        )
+    out += [_table(header, rows), ""]
+    if report.pairs:
+        by_key = {(t.run, t.task): t for t in report.tasks}
+        out += ["## Debiasing: each run vs the first (paired by example)", ""]
+        header = ["model vs base", "task", "δ_drop (base)", "BAC clean (base)", "maj. pert"]
+        header += ["δ_clean", "δ_pert", "p_damage", "p_recover", "p_clean", "p_combined"]
+        rows = []
+        for p in report.pairs:
+            tb, to = by_key[(p.base, p.task)], by_key[(p.other, p.task)]
+            rows.append(
+                [f"{p.other} vs {p.base}", p.task, _cell(tb.metrics["delta_drop"])]
+                + [_num(tb.metrics["bac_clean"].value)]
+                + [f"{_num(tb.maj_share_pert)} → {_num(to.maj_share_pert)}"]
+                + [_cell(p.metrics[x]) for x in PAIR_METRICS[:6]]
+            )
+        out += [_table(header, rows), "", "## Certification before → after", ""]
+        header = ["model vs base", "task"]
+        for x in ("p_c", "p_h", "P_c", "P_h"):
+            header += [LABELS[x], LABELS[x] + "'", "Δ" + LABELS[x]]
+        rows = []
+        for p in report.pairs:
+            tb, to = by_key[(p.base, p.task)], by_key[(p.other, p.task)]
+            row = [f"{p.other} vs {p.base}", p.task]
+            for x in ("p_c", "p_h", "P_c", "P_h"):
+                row += [_num(tb.metrics[x].value), _num(to.metrics[x].value)]
+                row += [_cell(p.metrics["d_" + x])]
+            rows.append(row)
+        out += [_table(header, rows), ""]
+    out += [
+        "## Verification of per-example certificates",
+        "",
+        "BAC of the held-back verification variants of certified / uncertified examples "
+        "(Table 12); n = certified examples.",
+        "",
+    ]
+    rows = []
+    for t in report.tasks:
+        vc, vh = t.verification["c"], t.verification["h"]
+        rows.append([t.run, t.task, _ver(vc), str(vc.n_certified), _ver(vh), str(vh.n_certified)])
+    out += [_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
+    out += [
+        "## Across tasks",
+        "",
+        f"Task-level mean [{pct}% BCa CI, bootstrap over tasks] (number of tasks); no CI: fewer "
+        "than 3 tasks or all equal.",
+        "",
+    ]
+    for groups in (report.across_runs, report.across_pairs):
+        if groups:
+            out += [_across_table(groups), ""]
+    notes = list(report.notes)
+    notes += [f"{t.run} / {t.task}: {n}" for t in report.tasks for n in t.notes]
+    notes += [f"{p.other} vs {p.base} / {p.task}: {n}" for p in report.pairs for n in p.notes]
+    if notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)] + [""]
+    return "\n".join(out)
+
+
+def _flat(prefix: str, metrics: dict[str, Estimate]) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for name, e in metrics.items():
+        row[f"{prefix}{name}"] = e.value
+        row[f"{prefix}{name}_low"] = e.low
+        row[f"{prefix}{name}_high"] = e.high
+    return row
+
+
+def to_csv(report: Report) -> str:
+    """One row per run × task; runs after the first carry the paired metrics vs the first."""
+    pairs = {(p.other, p.task): p for p in report.pairs}
+    rows: list[dict[str, Any]] = []
+    for t in report.tasks:
+        row: dict[str, Any] = {
+            "run": t.run,
+            "model": t.model,
+            "task": t.task,
+            "kind": t.kind,
+            "split": t.split,
+            "n_examples": t.n_examples,
+            "n_variants": t.n_variants,
+            "maj_share_clean": t.maj_share_clean,
+            "maj_share_pert": t.maj_share_pert,
+        }
+        row.update(_flat("", t.metrics))
+        for rule, v in t.verification.items():
+            row[f"ver_bac_certified_{rule}"] = 100 * v.bac_certified
+            row[f"ver_bac_uncertified_{rule}"] = 100 * v.bac_uncertified
+        p = pairs.get((t.run, t.task))
+        row["vs_run"] = p.base if p else ""
+        row.update(_flat("vs_", p.metrics) if p else {})
+        rows.append(row)
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: _csv_value(r.get(k, "")) for k in fields})
+    return buf.getvalue()
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if not math.isfinite(v) else f"{v:.6g}"
+    return v
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    return obj
+
+
+def to_json(report: Report) -> str:
+    """Everything in the report; NaN becomes null."""
+    doc = {
+        "settings": asdict(report.settings),
+        "runs": report.runs,
+        "tasks": [asdict(t) for t in report.tasks],
+        "pairs": [asdict(p) for p in report.pairs],
+        "across_runs": [asdict(g) for g in report.across_runs],
+        "across_pairs": [asdict(g) for g in report.across_pairs],
+        "notes": report.notes,
+    }
+    return json.dumps(_jsonable(doc), indent=1, ensure_ascii=False)
