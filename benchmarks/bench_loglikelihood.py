@@ -1,100 +1,141 @@
 """debiased_hf vs the harness's hf on the same perturbed-task requests: wall time and parity.
 
-Both models are loaded once; the request set is scored by each in alternating repeats inside one
-process, so machine noise hits both alike, and the ratio of medians is reported. Also reports the
-largest absolute log-likelihood difference and the agreement of predicted labels.
+All models are loaded once; the request set is scored by each in alternating repeats inside one
+process, so machine noise hits all alike, and ratios of medians are reported, with the largest
+absolute log-likelihood difference to hf and the agreement of predicted labels.
 
     python benchmarks/bench_loglikelihood.py --pretrained gemma-3-270m --task ni065_format_pert \
-        --n-perturbations 4 --limit 64 --repeats 3 --out results/benchmarks.md
+        --metadata '{"n_perturbations": 4}' --limit 64 --repeats 3 --out results/benchmarks.md
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from pathlib import Path
+from typing import Any
+
+VARIANTS = {
+    "hf": ("hf", {}),
+    "debiased_hf": ("debiased_hf", {"prefix_cache": True}),
+    "debiased_hf_nocache": ("debiased_hf", {"prefix_cache": False}),
+}
+
+
+def _load(variant: str, path: str, kw: dict[str, Any]) -> Any:
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    kind, extra = VARIANTS[variant]
+    cls = HFLM if kind == "hf" else DebiasedHFLM
+    return cls(pretrained=path, **kw, **extra)
+
+
+def _preds(reqs: list[Any], out: list[tuple[float, bool]]) -> dict[int, int]:
+    by_doc: dict[int, dict[int, float]] = {}
+    for req, (ll, _) in zip(reqs, out, strict=True):
+        by_doc.setdefault(req.doc_id, {})[req.idx] = ll
+    return {d: max(v, key=lambda k: v[k]) for d, v in by_doc.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pretrained", default="gemma-3-270m")
     ap.add_argument("--task", default="ni065_format_pert")
-    ap.add_argument("--n-perturbations", type=int, default=4)
-    ap.add_argument("--limit", type=int, default=64)
+    ap.add_argument("--metadata", default='{"n_perturbations": 4}')
+    ap.add_argument("--limit", type=int, default=64, help="docs (0: all)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--variants", default="hf,debiased_hf,debiased_hf_nocache")
     ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
 
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     import lm_eval_robust
-    from lm_eval_robust.model import DebiasedHFLM
     from lm_eval_robust.offline_models import resolve_pretrained
 
     path = resolve_pretrained(args.pretrained)
-    tm = TaskManager(
-        include_path=lm_eval_robust.task_dir(),
-        include_defaults=False,
-        metadata={"n_perturbations": args.n_perturbations},
-    )
+    md = json.loads(args.metadata)
+    tm = TaskManager(include_path=lm_eval_robust.task_dir(), include_defaults=False, metadata=md)
     task = tm.load([args.task])["tasks"][args.task]
-    task.build_all_requests(limit=args.limit, rank=0, world_size=1)
+    task.build_all_requests(limit=args.limit or None, rank=0, world_size=1)
     reqs = list(task.instances)
-    kw = dict(pretrained=path, batch_size=args.batch_size, dtype=args.dtype, device="cpu")
-    models = {"hf": HFLM(**kw), "debiased_hf": DebiasedHFLM(**kw)}
-    times: dict[str, list[float]] = {k: [] for k in models}
-    outputs: dict[str, list] = {}
+    kw = dict(batch_size=args.batch_size, dtype=args.dtype, device="cpu")
+    names = args.variants.split(",")
+    models = {n: _load(n, path, kw) for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    outputs: dict[str, list[tuple[float, bool]]] = {}
     for _ in range(args.repeats):
         for name, lm in models.items():
+            if hasattr(lm, "_prefix_cache") and lm._prefix_cache is not None:
+                lm._prefix_cache.clear()  # every repeat pays for its prefixes
             t0 = time.perf_counter()
             outputs[name] = lm.loglikelihood(reqs, disable_tqdm=True)
             times[name].append(time.perf_counter() - t0)
-    diff = max(abs(a[0] - b[0]) for a, b in zip(outputs["hf"], outputs["debiased_hf"], strict=True))
-    # predicted label per doc from each model's choice log-likelihoods
-    by_doc: dict[str, dict[int, dict[int, float]]] = {"hf": {}, "debiased_hf": {}}
-    for name in by_doc:
-        for req, (ll, _) in zip(reqs, outputs[name], strict=True):
-            by_doc[name].setdefault(req.doc_id, {})[req.idx] = ll
-    preds = {n: {d: max(v, key=v.get) for d, v in docs.items()} for n, docs in by_doc.items()}
-    agree = sum(preds["hf"][d] == preds["debiased_hf"][d] for d in preds["hf"]) / len(preds["hf"])
     med = {k: statistics.median(v) for k, v in times.items()}
+    ref = names[0]
+    preds = {n: _preds(reqs, outputs[n]) for n in names}
+    docs = len(preds[ref])
+    rows = []
+    for n in names:
+        diff = max(abs(a[0] - b[0]) for a, b in zip(outputs[ref], outputs[n], strict=True))
+        agree = sum(preds[ref][d] == preds[n][d] for d in preds[ref]) / docs
+        rows.append(
+            {
+                "variant": n,
+                "median_s": med[n],
+                "prompts_per_s": docs / med[n],
+                "ratio_vs_" + ref: med[n] / med[ref],
+                "max_abs_loglik_diff_vs_" + ref: diff,
+                "pred_agreement_vs_" + ref: agree,
+            }
+        )
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = {
         "model": args.pretrained,
-        "dtype": str(models["hf"].model.dtype),
+        "dtype": str(next(iter(models.values())).model.dtype),
         "task": args.task,
+        "metadata": md,
         "requests": len(reqs),
-        "docs": len(preds["hf"]),
-        "median_s": med,
-        "ratio_debiased_over_hf": med["debiased_hf"] / med["hf"],
-        "max_abs_loglik_diff": diff,
-        "pred_agreement": agree,
+        "docs": docs,
+        "rows": rows,
+        "peak_rss_mb_all_models": peak_mb,
     }
     print(json.dumps(result, indent=2))
     if args.out:
         cmd = (
             f"python benchmarks/bench_loglikelihood.py --pretrained {args.pretrained} --task "
-            f"{args.task} --n-perturbations {args.n_perturbations} --limit {args.limit} "
-            f"--batch-size {args.batch_size} --repeats {args.repeats}"
+            f"{args.task} --metadata '{args.metadata}' --limit {args.limit} --batch-size "
+            f"{args.batch_size} --repeats {args.repeats} --variants {args.variants}"
         )
-        text = (
-            f"\n## debiased_hf vs hf: {args.task}, {args.pretrained} ({result['dtype']})\n\n"
-            f"`{cmd}`\n\n| | hf | debiased_hf |\n|---|---:|---:|\n"
-            f"| median wall time (s), {len(reqs)} requests / {len(preds['hf'])} docs | "
-            f"{med['hf']:.2f} | {med['debiased_hf']:.2f} |\n\n"
-            f"- wall-time ratio debiased_hf / hf: **{result['ratio_debiased_over_hf']:.3f}** "
-            f"(median of {args.repeats} alternating repeats)\n"
-            f"- largest |log-likelihood difference|: {diff:.2e}; predicted labels agree on "
-            f"{agree:.1%} of docs\n"
+        lines = [
+            f"\n## {args.task} on {args.pretrained} ({result['dtype']}): {docs} prompts, "
+            f"{len(reqs)} requests\n",
+            f"`{cmd}`\n",
+            f"| variant | median s | prompts/s | time ratio vs {ref} | max abs loglik diff | "
+            "same predicted label |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            vals = list(r.values())
+            lines.append(
+                f"| {vals[0]} | {vals[1]:.2f} | {vals[2]:.2f} | {vals[3]:.3f} | {vals[4]:.2e} | "
+                f"{vals[5]:.1%} |"
+            )
+        lines.append(
+            f"\nMedian of {args.repeats} alternating repeats in one process; peak RSS with all "
+            f"models loaded {peak_mb:.0f} MB.\n"
         )
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("a", encoding="utf-8") as fh:
-            fh.write(text)
+            fh.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ for t in $TASKS; do for k in format text; do
     -o "corrections_constant/${t}_${k}_pert.safetensors" | tee -a fit_log.jsonl || true
 done; done
 
-# 3. the debiased model on the test split (raw test features kept for offline comparisons)
+# 3. the debiased model on the test split (raw test features kept for offline comparisons);
+#    prefix_cache=false: the same computation path as the base run it is paired with
 lm_eval --model debiased_hf \
-  --model_args pretrained=gemma-3-270m,correction=corrections,collect_features=features \
+  --model_args pretrained=gemma-3-270m,correction=corrections,collect_features=features,prefix_cache=false \
   --tasks "$TEST" --metadata "$MD" --batch_size 16 --output_path debiased_run --log_samples
