@@ -1,7 +1,9 @@
-"""``lm-eval-robust``: run the harness with our plugin, and look at perturbed prompts.
+"""``lm-eval-robust``: run the harness with our plugin, look at prompts, fit, report.
 
 lm-eval-robust run --model debiased_hf --tasks ni065_format_pert ...   (every lm_eval flag)
 lm-eval-robust perturb --task ni065 --kind format -n 5
+lm-eval-robust fit --task ni065_format_pert --pretrained gemma-3-270m -o corr.safetensors
+lm-eval-robust report RUN_BASE RUN_DEBIASED --labels base,debiased -o report/
 """
 
 from __future__ import annotations
@@ -234,9 +236,15 @@ def collect(
     )
 
 
+def _cmd_report(argv: Sequence[str]) -> int:
+    from lm_eval_robust.report.cli import main as report_main
+
+    return report_main(list(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run": _cmd_run, "perturb": _cmd_perturb, "fit": _cmd_fit}
+    commands = {"run": _cmd_run, "perturb": _cmd_perturb, "fit": _cmd_fit, "report": _cmd_report}
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())
         print(f"\ncommands: {', '.join(commands)}")

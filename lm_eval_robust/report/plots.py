@@ -148,9 +148,9 @@ def _bins(values: np.ndarray) -> np.ndarray:
 
 
 def _ver_value(t: TaskSummary | None, rule: str, certified: bool) -> float:
-    if t is None:
+    v = t.verification.get(rule) if t is not None else None
+    if v is None:
         return math.nan
-    v = t.verification[rule]
     return 100.0 * (v.bac_certified if certified else v.bac_uncertified)
 
 

@@ -298,7 +298,8 @@ def _ci_notes(names: Sequence[str], ci: Any, n_resamples: int) -> list[str]:
 
 
 def _verifications(cert: Certification) -> dict[str, Verification]:
-    return {"c": verification(cert, "c"), "h": verification(cert, "h")}
+    """Verification per rule, for the rules that can certify at all on this task."""
+    return {rule: verification(cert, rule) for rule in ("c", "h") if cert.computable(rule)}
 
 
 def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSummary:
@@ -436,7 +437,10 @@ def build_report(runs: Sequence[Run], settings: ReportSettings = ReportSettings(
 
 
 def _num(v: float) -> str:
-    return "n/a" if not math.isfinite(v) else f"{v:.1f}"
+    if not math.isfinite(v):
+        return "n/a"
+    text = f"{v:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def _cell(e: Estimate) -> str:
@@ -444,7 +448,7 @@ def _cell(e: Estimate) -> str:
         return "n/a"
     if not (math.isfinite(e.low) and math.isfinite(e.high)):
         return _num(e.value)
-    return f"{e.value:.1f} [{e.low:.1f}, {e.high:.1f}]"
+    return f"{_num(e.value)} [{_num(e.low)}, {_num(e.high)}]"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -453,8 +457,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _ver(v: Verification) -> str:
-    return f"{_num(100 * v.bac_certified)} / {_num(100 * v.bac_uncertified)}"
+def _ver(v: Verification | None) -> list[str]:
+    if v is None:
+        return ["n/a", "n/a"]
+    return [f"{_num(100 * v.bac_certified)} / {_num(100 * v.bac_uncertified)}", str(v.n_certified)]
 
 
 def _across_table(groups: Sequence[GroupSummary]) -> str:
@@ -537,8 +543,7 @@ def to_markdown(report: Report) -> str:
     ]
     rows = []
     for t in report.tasks:
-        vc, vh = t.verification["c"], t.verification["h"]
-        rows.append([t.run, t.task, _ver(vc), str(vc.n_certified), _ver(vh), str(vh.n_certified)])
+        rows.append([t.run, t.task, *_ver(t.verification.get("c")), *_ver(t.verification.get("h"))])
     out += [_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
     out += [
         "## Across tasks",
@@ -550,12 +555,33 @@ def to_markdown(report: Report) -> str:
     for groups in (report.across_runs, report.across_pairs):
         if groups:
             out += [_across_table(groups), ""]
-    notes = list(report.notes)
-    notes += [f"{t.run} / {t.task}: {n}" for t in report.tasks for n in t.notes]
-    notes += [f"{p.other} vs {p.base} / {p.task}: {n}" for p in report.pairs for n in p.notes]
+    notes = list(dict.fromkeys(report.notes))
+    notes += _grouped_notes(
+        [(f"{t.run} / {t.task}", n) for t in report.tasks for n in t.notes], len(report.tasks)
+    )
+    notes += _grouped_notes(
+        [(f"{p.other} vs {p.base} / {p.task}", n) for p in report.pairs for n in p.notes],
+        len(report.pairs),
+    )
     if notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)] + [""]
+        out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(out)
+
+
+def _grouped_notes(pairs: Sequence[tuple[str, str]], rows: int) -> list[str]:
+    """One line per distinct note, naming the rows (of ``rows``) it applies to."""
+    by_note: dict[str, list[str]] = {}
+    for row, note in pairs:
+        by_note.setdefault(note, []).append(row)
+    out = []
+    for note, names in by_note.items():
+        if len(names) == 1:
+            out.append(f"{names[0]}: {note}")
+        elif len(names) == rows and rows > 2:
+            out.append(f"all rows: {note}")
+        else:
+            out.append(f"{note} ({', '.join(names)})")
+    return out
 
 
 def _flat(prefix: str, metrics: dict[str, Estimate]) -> dict[str, float]:

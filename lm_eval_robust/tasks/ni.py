@@ -442,4 +442,8 @@ METRICS_PERT: tuple[str, ...] = (
     "maj_share_pert",
     "auc_clean",
     "auc_pert",
+    "p_cert_h",
+    "p_cert_c",
+    "pop_cert_h",
+    "pop_cert_c",
 )

@@ -34,9 +34,10 @@ metric_list:
 """
 
 _METRIC = """  - metric: {name}
-    aggregation: !function lm_eval_robust.metrics.classification.{name}
+    aggregation: !function lm_eval_robust.metrics.{module}.{name}
     higher_is_better: {hib}
 """
+_CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
 
 _LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert"}
 
@@ -51,7 +52,12 @@ task: {name}
 
 def _metrics(names: tuple[str, ...]) -> str:
     return "".join(
-        _METRIC.format(name=n, hib="false" if n in _LOWER_IS_BETTER else "true") for n in names
+        _METRIC.format(
+            name=n,
+            module="certify" if n in _CERTIFY else "classification",
+            hib="false" if n in _LOWER_IS_BETTER else "true",
+        )
+        for n in names
     )
 
 
