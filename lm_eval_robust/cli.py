@@ -226,6 +226,10 @@ def collect(
             f"--metadata must be JSON, e.g. '{{\"n_perturbations\": 20}}' ({exc})"
         ) from None
     extra = dict(kv.split("=", 1) for kv in model_args.split(",") if kv.strip())
+    if "device" not in extra:  # the harness needs one when called from Python
+        import torch
+
+        extra["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata=md)
     lm_eval.simple_evaluate(
         model="debiased_hf",

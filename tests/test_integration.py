@@ -38,7 +38,7 @@ def test_gemma_on_perturbed_task(gemma: str, data_dir: Path) -> None:
     )
     out = lm_eval.simple_evaluate(
         model="debiased_hf",
-        model_args={"pretrained": "gemma-3-270m", "batch_size": 8},
+        model_args={"pretrained": "gemma-3-270m", "batch_size": 8, "device": "cpu"},
         tasks=["ni322_format_pert"],
         task_manager=tm,
         limit=24,
