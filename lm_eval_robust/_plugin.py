@@ -78,10 +78,47 @@ def register_tasks(manager_module: ModuleType | None = None) -> None:
         cls.__init__ = _with_our_tasks(cls.__init__)
 
 
+def _user_error_in(exc: BaseException | None) -> BaseException | None:
+    from lm_eval_robust.errors import UserError
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, UserError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def install_excepthook() -> None:
+    """Print our one-line user errors without a traceback, whoever runs the harness.
+
+    Any other exception keeps the interpreter's normal report. Set ``LM_EVAL_ROBUST_TRACEBACK=1``
+    to see the full traceback of ours too.
+    """
+    import os
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "__lm_eval_robust__", False) or os.environ.get("LM_EVAL_ROBUST_TRACEBACK"):
+        return
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        ours = _user_error_in(exc)
+        if ours is None:
+            previous(exc_type, exc, tb)
+            return
+        print(f"lm-eval-robust: error: {ours}", file=sys.stderr)
+
+    hook.__lm_eval_robust__ = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 def register() -> None:
     """Register the model and the tasks with an imported lm-eval."""
     register_model()
     register_tasks()
+    install_excepthook()
 
 
 def on_import(name: str, module: ModuleType) -> None:
@@ -90,3 +127,4 @@ def on_import(name: str, module: ModuleType) -> None:
         register_model()
     elif name == "lm_eval.tasks.manager":
         register_tasks(module)
+    install_excepthook()

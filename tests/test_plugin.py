@@ -63,3 +63,32 @@ def test_explicit_register_without_hook() -> None:
     out = _run(code, LM_EVAL_ROBUST_NO_HOOK="1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "DebiasedHFLM"
+
+
+def test_plain_lm_eval_prints_one_line_for_our_errors(tiny_model_dir: Path, data_dir: Path) -> None:
+    import shutil
+
+    exe = shutil.which("lm_eval") or str(Path(sys.executable).parent / "lm_eval")
+    out = subprocess.run(
+        [
+            exe,
+            "--model",
+            "debiased_hf",
+            "--model_args",
+            f"pretrained={tiny_model_dir}",
+            "--tasks",
+            "ni065_format_pert",
+            "--metadata",
+            "n_perturbations=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (
+        "lm-eval-robust: error: n_perturbations must be an integer >= 1, got 0; "
+        "e.g. --metadata n_perturbations=10"
+    )
