@@ -25,12 +25,16 @@ VARIANTS = {
 }
 
 
-def _load(variant: str, path: str, kw: dict[str, Any]) -> Any:
+def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -> Any:
     from lm_eval.models.huggingface import HFLM
 
     from lm_eval_robust.model import DebiasedHFLM
 
-    kind, extra = VARIANTS[variant]
+    if variant.endswith("+correction"):
+        kind, extra = VARIANTS[variant.removesuffix("+correction")]
+        extra = {**extra, "correction": correction}
+    else:
+        kind, extra = VARIANTS[variant]
     cls = HFLM if kind == "hf" else DebiasedHFLM
     return cls(pretrained=path, **kw, **extra)
 
@@ -52,6 +56,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--variants", default="hf,debiased_hf,debiased_hf_nocache")
+    ap.add_argument("--correction", default=None, help="for variants named '...+correction'")
     ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
 
@@ -68,7 +73,7 @@ def main() -> None:
     reqs = list(task.instances)
     kw = dict(batch_size=args.batch_size, dtype=args.dtype, device="cpu")
     names = args.variants.split(",")
-    models = {n: _load(n, path, kw) for n in names}
+    models = {n: _load(n, path, kw, args.correction) for n in names}
     times: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[tuple[float, bool]]] = {}
     for _ in range(args.repeats):
@@ -113,6 +118,7 @@ def main() -> None:
             f"python benchmarks/bench_loglikelihood.py --pretrained {args.pretrained} --task "
             f"{args.task} --metadata '{args.metadata}' --limit {args.limit} --batch-size "
             f"{args.batch_size} --repeats {args.repeats} --variants {args.variants}"
+            + (f" --correction {args.correction}" if args.correction else "")
         )
         lines = [
             f"\n## {args.task} on {args.pretrained} ({result['dtype']}): {docs} prompts, "

@@ -142,7 +142,7 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--metadata", default="{}", help="task settings as JSON, as for lm_eval")
     p.add_argument("--features", default=None, help="use features already collected in DIR")
     p.add_argument("--features-dir", default=None, help="where to collect (default: next to -o)")
-    p.add_argument("--method", choices=["ridge", "constant"], default="ridge")
+    p.add_argument("--method", choices=["ridge", "constant", "batch_calibration"], default="ridge")
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
     p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
     p.add_argument("--psi", choices=["linear", "norm"], default="linear")

@@ -183,3 +183,12 @@ def test_generate_until_with_correction(fitted, tiny_model_dir: Path) -> None:
     req = Instance("generate_until", {}, ("Comment: hello\nAnswer:", {"max_gen_toks": 3}), 0)
     out = lm.generate_until([req], disable_tqdm=True)
     assert isinstance(out[0], str)
+
+
+def test_batch_calibration_is_the_train_mean(fitted) -> None:
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+
+    feats, *_ = fitted
+    corr = fit_features(feats, FitSettings(method="batch_calibration"))
+    assert corr.W is None and corr.method == "batch_calibration"
+    np.testing.assert_allclose(corr.beta, feats.label_logits.mean(axis=0), rtol=1e-6)

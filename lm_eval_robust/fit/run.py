@@ -28,7 +28,7 @@ from lm_eval_robust.tasks.specs import get_spec
 
 log = logging.getLogger(__name__)
 
-METHODS = ("ridge", "constant")
+METHODS = ("ridge", "constant", "batch_calibration")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,24 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
     }
     before = _radii(p, f, feats, settings)
     key = correction_key(feats.task)
+    if settings.method == "batch_calibration":
+        # Batch calibration (Zhou et al. 2023), estimated once on the train split: subtract the
+        # mean label logit over every train prompt, clean and perturbed (equivalently the mean
+        # label log-probability: the per-prompt normaliser is shared by all labels).
+        beta = feats.label_logits.mean(axis=0)
+        after = _radii(p, f, feats, settings)  # a constant shift leaves F unchanged
+        stats["radii"] = _radii_stats(before, after)
+        stats["estimated_on"] = "train split, all prompts (clean and perturbed)"
+        return Correction(
+            method="batch_calibration",
+            W=None,
+            beta=np.asarray(beta, dtype=np.float64),
+            label_token_ids=label_ids,
+            labels=labels,
+            task=key,
+            fingerprint=dict(feats.fingerprint),
+            stats=stats,
+        )
     if settings.method == "constant":
         if f.shape[1] != 2:
             raise UserError(
