@@ -8,7 +8,7 @@ lm-eval-robust report RUN_BASE RUN_DEBIASED --labels base,debiased -o report/
 
 from __future__ import annotations
 
-import argparse
+import math
 import os
 import shutil
 import sys
@@ -17,7 +17,20 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.errors import OneLineArgumentParser, UserError
+
+
+def _number_or_auto(flag: str, value: str, *, minimum: float | None = None) -> float | None:
+    if value == "auto":
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or (minimum is not None and x < minimum):
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        raise UserError(f"{flag} must be a number{bound} or 'auto', got {value!r}")
+    return x
 
 
 def _cmd_run(argv: Sequence[str]) -> int:
@@ -78,7 +91,7 @@ def side_by_side(left: str, right: str, width: int, titles: tuple[str, str]) -> 
 def _cmd_perturb(argv: Sequence[str]) -> int:
     from lm_eval_robust.tasks.ni import NIConfig, build_docs
 
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="lm-eval-robust perturb",
         description="Print a task's clean prompt beside its perturbed variants.",
     )
@@ -96,6 +109,8 @@ def _cmd_perturb(argv: Sequence[str]) -> int:
     p.add_argument("--width", type=int, default=None, help="output width (default: terminal)")
     p.add_argument("--raw", action="store_true", help="do not mark invisible characters")
     args = p.parse_args(list(argv))
+    if args.n < 1:
+        raise UserError(f"-n must be at least 1, got {args.n}")
     config = NIConfig.from_metadata(
         {
             "n_perturbations": args.n,
@@ -108,7 +123,7 @@ def _cmd_perturb(argv: Sequence[str]) -> int:
     docs = build_docs(args.task, args.kind, args.split, config)
     ids = sorted({d["example_id"] for d in docs if d["pert_id"] == 0})
     if not 0 <= args.example < len(ids):
-        raise SystemExit(f"lm-eval-robust: --example must be in [0, {len(ids) - 1}]")
+        raise UserError(f"--example must be in [0, {len(ids) - 1}], got {args.example}")
     mine = sorted(
         (d for d in docs if d["example_id"] == ids[args.example]), key=lambda d: d["pert_id"]
     )
@@ -129,7 +144,7 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     import json
     from pathlib import Path
 
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="lm-eval-robust fit",
         description=(
             "Collect features of a task's _train split through debiased_hf (the evaluation's own "
@@ -159,12 +174,17 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     key = correction_key(args.task)
     settings = FitSettings(
         method=args.method,
-        lam=None if args.lam == "auto" else float(args.lam),
-        alpha=None if args.alpha == "auto" else float(args.alpha),
+        lam=_number_or_auto("--lam", args.lam, minimum=0.0),
+        alpha=_number_or_auto("--alpha", args.alpha),
         psi=args.psi,
         phi=args.phi,
     )
     out = Path(args.out)
+    from lm_eval_robust.tasks.specs import get_spec
+
+    get_spec(key.split("_")[0])  # unknown task: one-line error before any work
+    if out.parent.exists() and not out.parent.is_dir():
+        raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
     if args.features:
         feat_dir = Path(args.features)
     else:
@@ -174,6 +194,11 @@ def _cmd_fit(argv: Sequence[str]) -> int:
         )
         feat_dir = root / (key + "_train")
     feats = load_features(feat_dir)
+    if correction_key(feats.task) != key:
+        raise UserError(
+            f"features in {feat_dir} are for {feats.task}, not {key}_train; pass --task "
+            f"{correction_key(feats.task)} or collect {key}_train"
+        )
     if args.method == "constant":
         from lm_eval_robust.fit.run import constant_search_of
 

@@ -272,9 +272,15 @@ def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
         tensors["W"] = np.ascontiguousarray(correction.W)
     data = st_save(tensors, metadata={META_KEY: _metadata(correction)})
     directory = target.parent if str(target.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise CorrectionError(
+            f"cannot write correction to {target} ({exc.strerror or exc}); choose a writable "
+            "path with -o"
+        ) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -323,7 +329,10 @@ def load(path: str | os.PathLike[str]) -> Correction:
 
     p = Path(path)
     if not p.exists():
-        raise CorrectionError(f"correction file not found: {p}")
+        raise CorrectionError(
+            f"correction file not found: {p}; check the path given as correction=, or write it "
+            "with `lm-eval-robust fit`"
+        )
     if p.is_dir():
         raise CorrectionError(f"{p} is a directory; expected a .safetensors correction file")
     raw = p.read_bytes()

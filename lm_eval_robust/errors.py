@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import NoReturn
+
 
 class UserError(ValueError):
     """Bad input from the user (settings, files, data, model): print the message, not a trace."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one-line :class:`UserError` (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message}; see `{self.prog} --help`")

@@ -351,6 +351,13 @@ class FeatureCollector:
 
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FeatureError(
+                f"cannot write features to {directory} ({exc.strerror or exc}); pass a writable "
+                "folder as collect_features=DIR"
+            ) from None
         self._meta: dict[tuple[str, int], dict[str, Any]] = {}
         self._rows: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
 

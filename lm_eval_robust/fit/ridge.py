@@ -31,6 +31,8 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsyrk
 from scipy.linalg.lapack import dpocon
 
+from lm_eval_robust.errors import UserError
+
 __all__ = [
     "ALPHA_GRID",
     "LAMBDA_GRID_REL",
@@ -69,7 +71,11 @@ class JitterWarning(RuntimeWarning):
     """The Gram matrix needed diagonal jitter before its Cholesky factorisation succeeded."""
 
 
-class SingularGramError(ValueError):
+class FitError(UserError):
+    """Inputs or settings of a fit that cannot be used (one line: the problem and the fix)."""
+
+
+class SingularGramError(FitError):
     """``H`` stayed singular / indefinite with the largest jitter allowed: increase ``λ``."""
 
 
@@ -88,7 +94,7 @@ def psi_features(x: ArrayLike, psi: str = "linear") -> np.ndarray:
     _check_psi(psi)
     x = np.asarray(x)
     if x.ndim != 2:
-        raise ValueError(f"features must be a 2-D array [rows, n]; got shape {x.shape}")
+        raise FitError(f"features must be a 2-D array [rows, n]; got shape {x.shape}")
     b, n = x.shape
     out = np.empty((b, psi_dim(n, psi)), dtype=np.float64)
     out[:, :n] = x
@@ -100,7 +106,7 @@ def psi_features(x: ArrayLike, psi: str = "linear") -> np.ndarray:
 
 def _check_psi(psi: str) -> None:
     if psi not in PSI_KINDS:
-        raise ValueError(f"psi must be one of {PSI_KINDS}; got {psi!r}")
+        raise FitError(f"psi must be one of {PSI_KINDS}; got {psi!r}")
 
 
 def _psi_of_w(w: np.ndarray, n: int) -> str:
@@ -109,9 +115,7 @@ def _psi_of_w(w: np.ndarray, n: int) -> str:
         return "linear"
     if extra == 2:
         return "norm"
-    raise ValueError(
-        f"W has {w.shape[0]} rows; expected n+1={n + 1} (linear) or n+2={n + 2} (norm)"
-    )
+    raise FitError(f"W has {w.shape[0]} rows; expected n+1={n + 1} (linear) or n+2={n + 2} (norm)")
 
 
 def _bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -143,7 +147,7 @@ def _check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
         parts.append(f"NaN in {nan_rows} rows")
     if inf_rows:
         parts.append(f"inf in {inf_rows} rows")
-    raise ValueError(
+    raise FitError(
         f"{name} contains {' and '.join(parts)} (of {a.shape[0]}); "
         "re-run collection in float32 or check the model"
     )
@@ -152,11 +156,11 @@ def _check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
 def _as_2d(name: str, a: Any, cols: int | None = None) -> np.ndarray:
     arr = np.asarray(a)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array [rows, cols]; got shape {arr.shape}")
+        raise FitError(f"{name} must be a 2-D array [rows, cols]; got shape {arr.shape}")
     if cols is not None and arr.shape[1] != cols:
-        raise ValueError(f"{name} has {arr.shape[1]} columns; expected {cols}")
+        raise FitError(f"{name} has {arr.shape[1]} columns; expected {cols}")
     if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}")
+        raise FitError(f"{name} must be numeric; got dtype {arr.dtype}")
     return arr
 
 
@@ -177,9 +181,9 @@ class GramAccumulator:
     def __init__(self, n: int, d: int, psi: str = "linear", chunk: int = 2048) -> None:
         _check_psi(psi)
         if n < 1 or d < 1:
-            raise ValueError(f"n and d must be positive; got n={n}, d={d}")
+            raise FitError(f"n and d must be positive; got n={n}, d={d}")
         if chunk < 1:
-            raise ValueError(f"chunk must be positive; got {chunk}")
+            raise FitError(f"chunk must be positive; got {chunk}")
         self.n = int(n)
         self.d = int(d)
         self.psi = psi
@@ -197,7 +201,7 @@ class GramAccumulator:
         x = _as_2d("x_pert", x_pert, self.n)
         fa = _as_2d("f", f, self.d)
         if x.shape[0] != fa.shape[0]:
-            raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
+            raise FitError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
         _check_finite("x_pert", x, self.chunk)
         _check_finite("f", fa, self.chunk)
         for s in range(0, x.shape[0], self.chunk):
@@ -223,7 +227,7 @@ class GramAccumulator:
     def merge(self, other: GramAccumulator) -> None:
         """Add another accumulator's sums into this one (same n, d, psi)."""
         if (other.n, other.d, other.psi) != (self.n, self.d, self.psi):
-            raise ValueError(
+            raise FitError(
                 f"cannot merge accumulators of (n, d, psi) {(other.n, other.d, other.psi)} "
                 f"into {(self.n, self.d, self.psi)}"
             )
@@ -240,7 +244,7 @@ class GramAccumulator:
     def combine(cls, accs: Sequence[GramAccumulator]) -> GramAccumulator:
         """A new accumulator holding the sums of ``accs`` (at least one)."""
         if not accs:
-            raise ValueError("combine needs at least one accumulator")
+            raise FitError("combine needs at least one accumulator")
         first = accs[0]
         out = cls(first.n, first.d, first.psi, first.chunk)
         for a in accs:
@@ -293,15 +297,15 @@ def solve(
     for a larger ``λ``.
     """
     if not math.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be a finite number >= 0; got {lam}")
+        raise FitError(f"lam must be a finite number >= 0; got {lam}")
     if not math.isfinite(alpha):
-        raise ValueError(f"alpha must be finite; got {alpha}")
+        raise FitError(f"alpha must be finite; got {alpha}")
     if acc.n_rows == 0:
-        raise ValueError("no perturbed rows were accumulated; call add(x_pert, f) first")
+        raise FitError("no perturbed rows were accumulated; call add(x_pert, f) first")
     h = acc._gram.copy(order="F")
     if alpha != 0.0:
         if acc._gram_clean is None or acc.n_clean == 0:
-            raise ValueError(
+            raise FitError(
                 f"alpha={alpha} needs clean features for the Gram penalty; call add_clean(x_clean)"
             )
         h += alpha * acc._gram_clean
@@ -309,7 +313,7 @@ def solve(
     h[idx] += lam
     scale = float(np.mean(np.abs(np.diagonal(h))))
     if not math.isfinite(scale):
-        raise ValueError("Gram matrix is not finite; check the accumulated features")
+        raise FitError("Gram matrix is not finite; check the accumulated features")
     if scale == 0.0:
         scale = 1.0
     tol = acc.p * np.finfo(np.float64).eps
@@ -380,9 +384,9 @@ class ResidualRange:
         fa = _as_2d("f", f, self.d)
         w = np.asarray(w, dtype=np.float64)
         if w.ndim != 2 or w.shape[1] != self.d:
-            raise ValueError(f"W must be [p, {self.d}]; got shape {w.shape}")
+            raise FitError(f"W must be [p, {self.d}]; got shape {w.shape}")
         if x.shape[0] != fa.shape[0]:
-            raise ValueError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
+            raise FitError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
         _check_finite("x_pert", x, chunk)
         _check_finite("f", fa, chunk)
         for s in range(0, x.shape[0], chunk):
@@ -395,7 +399,7 @@ class ResidualRange:
     @property
     def beta(self) -> np.ndarray:
         if self.n_rows == 0:
-            raise ValueError("no rows seen; call update() first")
+            raise FitError("no rows seen; call update() first")
         return beta_midpoint(self.rmin, self.rmax)
 
     @property
@@ -457,7 +461,7 @@ def predict_bias(fit: RidgeFit, x: ArrayLike) -> np.ndarray:
     """``ψ(x)W + β``, float64 ``[b, d]``."""
     x = _as_2d("x", x)
     if psi_dim(x.shape[1], fit.psi) != fit.W.shape[0]:
-        raise ValueError(
+        raise FitError(
             f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows "
             f"(psi={fit.psi})"
         )
@@ -473,7 +477,7 @@ def balanced_accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     yt = np.asarray(y_true)
     yp = np.asarray(y_pred)
     if yt.shape != yp.shape:
-        raise ValueError(f"y_true {yt.shape} and y_pred {yp.shape} differ in shape")
+        raise FitError(f"y_true {yt.shape} and y_pred {yp.shape} differ in shape")
     if yt.size == 0:
         return float("nan")
     classes = np.unique(yt)
@@ -495,9 +499,9 @@ def grouped_folds(example_ids: ArrayLike, n_folds: int = 5, seed: int = 0) -> np
 
 def _fold_of_unique(n_unique: int, n_folds: int, seed: int) -> np.ndarray:
     if n_folds < 2:
-        raise ValueError(f"n_folds must be at least 2; got {n_folds}")
+        raise FitError(f"n_folds must be at least 2; got {n_folds}")
     if n_unique < 2:
-        raise ValueError(f"cross-validation needs at least 2 distinct examples; got {n_unique}")
+        raise FitError(f"cross-validation needs at least 2 distinct examples; got {n_unique}")
     k = min(n_folds, n_unique)
     perm = np.random.default_rng(seed).permutation(n_unique)
     fold = np.empty(n_unique, dtype=np.int64)
@@ -624,7 +628,7 @@ def select_lambda(
     """
     rel = np.asarray(list(lams_rel), dtype=np.float64)
     if (rel <= 0).any():
-        raise ValueError("lams_rel must be positive")
+        raise FitError("lams_rel must be positive")
     return _select(
         "lambda",
         rel,
@@ -669,7 +673,7 @@ def _select(
     """Shared CV loop: ``param`` is "alpha" (grid = α, fixed = λ) or "lambda" (grid = λ/mean
     diag, fixed = α)."""
     if grid.size == 0:
-        raise ValueError(f"the {param} grid is empty")
+        raise FitError(f"the {param} grid is empty")
     x = _as_2d("x_pert", x_pert)
     n = x.shape[1]
     fa = _as_2d("f", f)
@@ -683,20 +687,20 @@ def _select(
     rows = x.shape[0]
     for name, a in (("f", fa), ("logits_pert", lp), ("labels", y), ("example_ids", ids)):
         if a.shape[0] != rows:
-            raise ValueError(f"{name} has {a.shape[0]} rows; x_pert has {rows}")
+            raise FitError(f"{name} has {a.shape[0]} rows; x_pert has {rows}")
     for name, a in (("logits_clean", lc), ("clean_ids", cids)):
         if a.shape[0] != xc.shape[0]:
-            raise ValueError(f"{name} has {a.shape[0]} rows; x_clean has {xc.shape[0]}")
+            raise FitError(f"{name} has {a.shape[0]} rows; x_clean has {xc.shape[0]}")
     _check_finite("logits_pert", lp)
     _check_finite("logits_clean", lc)
     if not np.issubdtype(y.dtype, np.integer) or (y < 0).any() or (y >= d).any():
-        raise ValueError(f"labels must be label indices in [0, {d}) (columns of the logits)")
+        raise FitError(f"labels must be label indices in [0, {d}) (columns of the logits)")
     if len(np.unique(cids)) != len(cids):
-        raise ValueError("clean_ids must list each example once")
+        raise FitError("clean_ids must list each example once")
     nv = grid.size
     needs_clean = bool((grid != 0).any()) if param == "alpha" else fixed != 0.0
     if needs_clean and xc.shape[0] == 0:
-        raise ValueError("a nonzero alpha needs clean rows (x_clean) for the Gram penalty")
+        raise FitError("a nonzero alpha needs clean rows (x_clean) for the Gram penalty")
 
     uniq = np.unique(np.concatenate([ids, cids]))
     fold_u = _fold_of_unique(len(uniq), n_folds, seed)
@@ -713,7 +717,7 @@ def _select(
     else:
         yc = np.asarray(labels_clean).reshape(-1)
         if yc.shape[0] != xc.shape[0]:
-            raise ValueError(f"labels_clean has {yc.shape[0]} rows; x_clean has {xc.shape[0]}")
+            raise FitError(f"labels_clean has {yc.shape[0]} rows; x_clean has {xc.shape[0]}")
 
     accs = []
     for j in range(k):
@@ -747,7 +751,7 @@ def _select(
     for j in range(k):
         train = GramAccumulator.combine([a for i, a in enumerate(accs) if i != j])
         if train.n_rows == 0:
-            raise ValueError(f"fold {j}: no training rows outside the fold")
+            raise FitError(f"fold {j}: no training rows outside the fold")
         share = train.n_rows / total_rows
         ws: list[np.ndarray | None] = []
         for v_i in range(nv):
@@ -811,7 +815,7 @@ def _select(
 
     cands = [i for i, r in enumerate(table) if not r["failed"] and math.isfinite(r["bac_pert"])]
     if not cands:
-        raise ValueError(
+        raise FitError(
             f"every {param} value failed (singular Gram past the jitter limit); increase lam"
         )
     best = max(table[i]["bac_pert"] for i in cands)

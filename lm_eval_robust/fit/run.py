@@ -8,6 +8,7 @@ radii before and after on the same train rows (C_i, V_i, ε_V, ε_L, p_εV, p_ε
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,10 @@ class FitSettings:
             raise UserError(f"unknown psi {self.psi!r}; use 'linear' or 'norm'")
         if not 0 < self.phi < 1:
             raise UserError(f"phi must be in (0, 1), got {self.phi}")
+        if self.lam is not None and not (math.isfinite(self.lam) and self.lam >= 0):
+            raise UserError(f"lam must be a number >= 0 or 'auto', got {self.lam}")
+        if self.alpha is not None and not math.isfinite(self.alpha):
+            raise UserError(f"alpha must be a finite number or 'auto', got {self.alpha}")
 
 
 def _radii(p: PairedFeatures, f: np.ndarray, feats: Features, s: FitSettings) -> Radii:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.perturb.segments import Segment
 
 __all__ = [
@@ -43,6 +44,11 @@ __all__ = [
 ]
 
 TextPerturbation = Callable[[str, random.Random, float], str]
+
+
+class TextPerturbError(UserError):
+    """A text-perturbation setting that cannot be used."""
+
 
 #: Registry of text perturbations by name.
 TEXT_PERTURBATIONS: dict[str, TextPerturbation] = {}
@@ -105,7 +111,7 @@ def register_text_perturbation(name: str) -> Callable[[TextPerturbation], TextPe
 
     def decorator(fn: TextPerturbation) -> TextPerturbation:
         if name in TEXT_PERTURBATIONS:
-            raise ValueError(f"text perturbation {name!r} is already registered")
+            raise TextPerturbError(f"text perturbation {name!r} is already registered")
         TEXT_PERTURBATIONS[name] = fn
         return fn
 
@@ -114,7 +120,7 @@ def register_text_perturbation(name: str) -> Callable[[TextPerturbation], TextPe
 
 def _check_rate(rate: float) -> None:
     if not (isinstance(rate, int | float) and not isinstance(rate, bool) and 0.0 <= rate <= 1.0):
-        raise ValueError(f"rate must be a number in [0, 1], got {rate!r}")
+        raise TextPerturbError(f"rate must be a number in [0, 1], got {rate!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +240,7 @@ def _markup_words(text: str) -> list[int]:
 def _markup_at(text: str, pos: int, rng: random.Random) -> str:
     m = _WORD_RE.match(text, pos)
     if m is None:  # pragma: no cover - positions come from _markup_words
-        raise ValueError(f"no word at position {pos}")
+        raise TextPerturbError(f"no word at position {pos}")
     return text[:pos] + rng.choice(MARKUP_WRAPPERS).format(m.group()) + text[m.end() :]
 
 
@@ -369,7 +375,7 @@ def segment_in_scope(segment: Segment, scope: str) -> bool:
         return True
     if scope == "query":
         return segment.role.startswith("query")
-    raise ValueError(f"unknown scope {scope!r}; allowed: {', '.join(SCOPES)}")
+    raise TextPerturbError(f"unknown scope {scope!r}; allowed: {', '.join(SCOPES)}")
 
 
 @dataclass(frozen=True)
@@ -389,28 +395,30 @@ class TextPerturbConfig:
     def __post_init__(self) -> None:
         allowed = ", ".join(sorted(TEXT_PERTURBATIONS))
         if isinstance(self.kinds, str):
-            raise ValueError(
+            raise TextPerturbError(
                 f"kinds must be a sequence of kind names, not the string {self.kinds!r}; "
                 f"allowed kinds: {allowed}"
             )
         object.__setattr__(self, "kinds", tuple(self.kinds))
         if not self.kinds:
-            raise ValueError(f"kinds must not be empty; allowed kinds: {allowed}")
+            raise TextPerturbError(f"kinds must not be empty; allowed kinds: {allowed}")
         for kind in self.kinds:
             if kind not in TEXT_PERTURBATIONS:
-                raise ValueError(f"unknown text perturbation kind {kind!r}; allowed: {allowed}")
+                raise TextPerturbError(
+                    f"unknown text perturbation kind {kind!r}; allowed: {allowed}"
+                )
         rate = self.rate
         if (
             isinstance(rate, bool)
             or not isinstance(rate, int | float)
             or not (0.0 < rate <= 1.0)  # also rejects NaN
         ):
-            raise ValueError(f"rate must be a number in (0, 1], got {rate!r}")
+            raise TextPerturbError(f"rate must be a number in (0, 1], got {rate!r}")
         if self.weights is not None:
             weights = tuple(self.weights)
             object.__setattr__(self, "weights", weights)
             if len(weights) != len(self.kinds):
-                raise ValueError(
+                raise TextPerturbError(
                     f"weights has {len(weights)} entries but kinds has {len(self.kinds)}; "
                     "give one weight per kind"
                 )
@@ -421,13 +429,13 @@ class TextPerturbConfig:
                     or not math.isfinite(w)
                     or w < 0
                 ):
-                    raise ValueError(
+                    raise TextPerturbError(
                         f"weights must be finite numbers >= 0, got {w!r} in {weights!r}"
                     )
             if sum(weights) <= 0:
-                raise ValueError(f"weights must not all be zero, got {weights!r}")
+                raise TextPerturbError(f"weights must not all be zero, got {weights!r}")
         if self.scope not in SCOPES:
-            raise ValueError(f"unknown scope {self.scope!r}; allowed: {', '.join(SCOPES)}")
+            raise TextPerturbError(f"unknown scope {self.scope!r}; allowed: {', '.join(SCOPES)}")
 
     def in_scope(self, segment: Segment) -> bool:
         """Whether ``segment`` may be changed under this config's scope."""

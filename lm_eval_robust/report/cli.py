@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.errors import OneLineArgumentParser, UserError
 from lm_eval_robust.metrics.certify import CertConfig
 from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import (
@@ -27,7 +27,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="lm-eval-robust report",
         description=(
             "Robustness report over lm_eval runs of our tasks (run with --output_path OUT "
@@ -89,11 +89,17 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
     settings = _settings(args)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the report to {out} ({exc.strerror or exc}); pass a writable folder "
+            "with -o"
+        ) from None
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = label_runs(args.runs, labels)
     report = build_report(runs, settings)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(report)
     (out / "report.md").write_text(markdown, encoding="utf-8")
     (out / "report.csv").write_text(to_csv(report), encoding="utf-8")
@@ -106,8 +112,8 @@ def run_report(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         markdown = run_report(args)
     except UserError as exc:
         print(f"lm-eval-robust report: error: {exc}", file=sys.stderr)

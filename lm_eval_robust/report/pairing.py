@@ -311,7 +311,7 @@ def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
     if not common:
         raise UnpairableError(
             f"runs {labels[0]!r} ({', '.join(sorted(base.tasks))}) and {labels[1]!r} "
-            f"({', '.join(sorted(other.tasks))}) share no task"
+            f"({', '.join(sorted(other.tasks))}) share no task; run both on the same --tasks"
         )
     notes = [
         f"{t}: only in run {lab!r}; not compared"

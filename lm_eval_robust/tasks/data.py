@@ -90,5 +90,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is not valid JSON ({exc}); replace the file") from None
     if not isinstance(data, dict) or "Instances" not in data or "Definition" not in data:
-        raise DataError(f"{path} is not a Natural Instructions task file (no Instances/Definition)")
+        raise DataError(
+            f"{path} is not a Natural Instructions task file (no Instances/Definition); replace "
+            "the file (or point data_dir at the canonical natural-instructions copy)"
+        )
     return data

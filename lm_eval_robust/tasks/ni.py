@@ -70,7 +70,10 @@ class NIConfig:
         def as_int(key: str, minimum: int) -> int:
             raw = md.get(key, getattr(cls, key))
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise TaskConfigError(f"{key} must be an integer >= {minimum}, got {raw!r}")
+                raise TaskConfigError(
+                    f"{key} must be an integer >= {minimum}, got {raw!r}; e.g. --metadata "
+                    f"{key}={max(minimum, 10)}"
+                )
             try:
                 value = int(str(raw).strip()) if isinstance(raw, str) else int(raw)
             except (TypeError, ValueError):
@@ -93,12 +96,16 @@ class NIConfig:
             raise TaskConfigError(
                 f"unknown text perturbation kind(s) {unknown}; known: {sorted(TEXT_PERTURBATIONS)}"
             )
+        raw_rate = md.get("text_rate", cls.text_rate)
         try:
-            rate = float(md.get("text_rate", cls.text_rate))
+            rate = float(raw_rate)
         except (TypeError, ValueError):
-            raise TaskConfigError(
-                f"text_rate must be a number in (0, 1], got {md['text_rate']!r}"
-            ) from None
+            rate = math.nan
+        if not 0 < rate <= 1:  # NaN fails too
+            raise TaskConfigError(f"text_rate must be a number in (0, 1], got {raw_rate!r}")
+        scope = str(md.get("text_scope", cls.text_scope))
+        if scope not in ("all", "query"):
+            raise TaskConfigError(f"unknown text_scope {scope!r}; use one of all, query")
         data_dir = md.get("data_dir")
         return cls(
             n_examples=as_int("n_examples", 3),
@@ -108,7 +115,7 @@ class NIConfig:
             format_pool=as_int("format_pool", 3),
             text_rate=rate,
             text_kinds=tuple(kinds),
-            text_scope=str(md.get("text_scope", cls.text_scope)),
+            text_scope=scope,
             data_dir=str(data_dir) if data_dir not in (None, "") else None,
         )
 
@@ -171,7 +178,8 @@ def load_task_data(spec: TaskSpec, config: NIConfig) -> TaskData:
     if len(parsed) < 3:
         raise TaskConfigError(
             f"{spec.short}: only {len(parsed)} of {len(instances)} instances of {spec.file} "
-            "could be parsed; the data file does not match the task's format"
+            "could be parsed; the data file does not match the task's format: point data_dir at an "
+            "unmodified Natural Instructions copy, or unset it to download the canonical file"
         )
     n = min(config.n_examples, len(parsed))
     if n < config.n_examples:

@@ -47,28 +47,31 @@ def main() -> None:
             f"{d['bac_pert,none'] - b['bac_pert,none']:+.3f} | {radii.get('p_eps_V', float('nan')):.1f} | "
             f"– | {b['maj_share_pert,none']:.2f} → {d['maj_share_pert,none']:.2f} | {corr.lam:.3g} |"
         )
-        const = HERE / "corrections_constant" / f"{name}.safetensors"
-        if not const.exists():
-            print(f"| {short} | {kind} | constant | | | | – | – | – | – | no overlap | |")
-            continue
-        c = load(const)
         feats = load_features(HERE / "features" / name)
-        m = feats.label_logits
-        fixed = m - np.asarray(c.beta)
+        m, g = feats.label_logits, feats.gold
         clean = feats.pert_id == 0
         pert = ~clean
-        g = feats.gold
 
         def bac(lg: np.ndarray, rows: np.ndarray) -> float:
             return balanced_accuracy(g[rows], lg[rows].argmax(1))
 
-        dc = bac(fixed, clean) - bac(m, clean)
-        dp = bac(fixed, pert) - bac(m, pert)
-        st = c.stats
-        print(
-            f"| {short} | {kind} | constant (b={st['b']:+.2f}) | | | | {dc:+.3f} | {dp:+.3f} | "
-            f"{st.get('p_eps_V', float('nan')):.1f} | {st.get('p_eps_L', float('nan')):.1f} | | |"
-        )
+        for folder, label in (("corrections_constant", "constant"), ("corrections_bc", "batch cal.")):
+            path = HERE / folder / f"{name}.safetensors"
+            if not path.exists():
+                print(f"| {short} | {kind} | {label} | | | | – | – | – | – | no overlap | |")
+                continue
+            c = load(path)
+            fixed = m - np.asarray(c.beta)
+            dc = bac(fixed, clean) - bac(m, clean)
+            dp = bac(fixed, pert) - bac(m, pert)
+            st = c.stats
+            desc = f"{label} (b={st['b']:+.2f})" if "b" in st else label
+            p_v = st.get("p_eps_V", st.get("radii", {}).get("p_eps_V", float("nan")))
+            p_l = st.get("p_eps_L", st.get("radii", {}).get("p_eps_L", float("nan")))
+            print(
+                f"| {short} | {kind} | {desc} | | | | {dc:+.3f} | {dp:+.3f} | {p_v:.1f} | "
+                f"{p_l:.1f} | | |"
+            )
 
 
 if __name__ == "__main__":
