@@ -265,6 +265,23 @@ def collect(
     )
 
 
+def _cmd_export(argv: Sequence[str]) -> int:
+    p = OneLineArgumentParser(
+        prog="lm-eval-robust export",
+        description="Fold a correction into the output layer and save a normal HF checkpoint.",
+    )
+    p.add_argument("--pretrained", required=True, help="HF model folder (or gemma-3-270m)")
+    p.add_argument("--correction", required=True, help="correction file (psi=linear)")
+    p.add_argument("--dtype", default=None, help="load/save dtype, e.g. float32 (default: as is)")
+    p.add_argument("-o", "--out", required=True)
+    args = p.parse_args(list(argv))
+    from lm_eval_robust.export import export
+
+    out = export(args.pretrained, args.correction, args.out, args.dtype)
+    print(f"wrote {out}")
+    return 0
+
+
 def _cmd_report(argv: Sequence[str]) -> int:
     from lm_eval_robust.report.cli import main as report_main
 
@@ -273,7 +290,13 @@ def _cmd_report(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run": _cmd_run, "perturb": _cmd_perturb, "fit": _cmd_fit, "report": _cmd_report}
+    commands = {
+        "run": _cmd_run,
+        "perturb": _cmd_perturb,
+        "fit": _cmd_fit,
+        "report": _cmd_report,
+        "export": _cmd_export,
+    }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())
         print(f"\ncommands: {', '.join(commands)}")

@@ -1,0 +1,99 @@
+"""export: the saved checkpoint loads with AutoModelForCausalLM and gives the debiased logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+
+def _model_dir(src: Path, dst: Path, tied: bool) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(src)
+    cfg = base.config
+    cfg.tie_word_embeddings = tied
+    torch.manual_seed(1)
+    model = LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(dst)
+    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+    return dst
+
+
+def _correction(model_dir: Path, path: Path, constant: bool) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lm_eval_robust.correction import Correction, model_fingerprint, save
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    n = model.config.hidden_size
+    rng = np.random.default_rng(0)
+    w = rng.normal(scale=0.1, size=(n + 1, 2))
+    beta = rng.normal(size=2)
+    if not constant:
+        w[n] = 0.0
+        beta[:] = 0.0
+    corr = Correction(
+        method="ridge",
+        W=w,
+        beta=beta,
+        label_token_ids=[11, 17],
+        labels=["a", "b"],
+        task="ni322_format_pert",
+        fingerprint=model_fingerprint(model, tok),
+    )
+    return save(corr, path)
+
+
+@pytest.mark.parametrize(("tied", "constant"), [(False, True), (True, True), (True, False)])
+def test_exported_model_gives_debiased_logits(
+    tiny_model_dir: Path, tmp_path: Path, tied: bool, constant: bool
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_robust.cli import main
+    from lm_eval_robust.correction import apply_correction, load
+    from lm_eval_robust.model import last_positions_head
+
+    src = _model_dir(tiny_model_dir, tmp_path / "src", tied)
+    cpath = _correction(src, tmp_path / "c.safetensors", constant)
+    out = tmp_path / "out"
+    assert (
+        main(["export", "--pretrained", str(src), "--correction", str(cpath), "-o", str(out)]) == 0
+    )
+
+    orig = AutoModelForCausalLM.from_pretrained(src).eval()
+    exported = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    assert not exported.config.tie_word_embeddings
+    torch.testing.assert_close(
+        exported.get_input_embeddings().weight, orig.get_input_embeddings().weight
+    )
+    inps = torch.randint(3, 200, (3, 9))
+    pos = torch.full((3, 1), 8)
+    with torch.no_grad(), last_positions_head(orig, pos) as cap:
+        raw = orig(inps).logits[:, -1]
+    with torch.no_grad():
+        got = exported(inps).logits[:, -1]
+    corr = load(cpath)
+    ids = corr.label_token_ids
+    expected = apply_correction(corr, cap["hidden"][:, -1], raw[:, ids])
+    torch.testing.assert_close(got[:, ids], expected, atol=1e-4, rtol=1e-4)
+    others = [i for i in range(raw.shape[1]) if i not in ids]
+    torch.testing.assert_close(got[:, others], raw[:, others], atol=1e-5, rtol=1e-5)
+    # custom code only when a constant must live in a bias the architecture lacks
+    assert (out / "modeling_lm_eval_robust.py").exists() == constant
+
+
+def test_export_refuses_position_corrections(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from lm_eval_robust.correction import CorrectionError, load, save
+    from lm_eval_robust.export import export
+
+    cpath = _correction(tiny_model_dir, tmp_path / "c.safetensors", True)
+    corr = load(cpath)
+    corr.stats["labels_are_positions"] = True
+    save(corr, cpath)
+    with pytest.raises(CorrectionError, match="option positions"):
+        export(str(tiny_model_dir), str(cpath), str(tmp_path / "out"))
