@@ -48,3 +48,29 @@ def test_gemma_on_perturbed_task(gemma: str, data_dir: Path) -> None:
         assert not math.isnan(res[key])
     assert 0.0 <= res["bac_clean,none"] <= 1.0
     assert res["delta_drop,none"] == pytest.approx(res["bac_pert,none"] - res["bac_clean,none"])
+
+
+def test_prefix_cache_parity_float32(gemma: str, data_dir: Path) -> None:
+    """Shared-prefix caching gives the uncached log-likelihoods on the real model (float32)."""
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+    from lm_eval_robust.model import DebiasedHFLM
+
+    tm = TaskManager(
+        include_path=lm_eval_robust.task_dir(),
+        include_defaults=False,
+        metadata={"n_perturbations": 3, "n_examples": 20, "format_pool": 6},
+    )
+    task = tm.load(["ni1284_format_pert"])["tasks"]["ni1284_format_pert"]
+    task.build_all_requests(limit=28, rank=0, world_size=1)
+    reqs = list(task.instances)
+    kw = dict(pretrained=gemma, batch_size=4, dtype="float32", device="cpu")
+    cached = DebiasedHFLM(prefix_cache=True, **kw)
+    plain = DebiasedHFLM(prefix_cache=False, **kw)
+    a = cached.loglikelihood(reqs, disable_tqdm=True)
+    b = plain.loglikelihood(reqs, disable_tqdm=True)
+    assert cached._prefix_cache is not None and cached._prefix_cache.stats.n_cached_rows > 0
+    for (x, gx), (y, gy) in zip(a, b, strict=True):
+        assert x == pytest.approx(y, abs=1e-4)
+        assert gx == gy
