@@ -282,6 +282,12 @@ def _cmd_export(argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_select(argv: Sequence[str]) -> int:
+    from lm_eval_robust.select import main as select_main
+
+    return select_main(argv)
+
+
 def _cmd_report(argv: Sequence[str]) -> int:
     from lm_eval_robust.report.cli import main as report_main
 
@@ -296,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit": _cmd_fit,
         "report": _cmd_report,
         "export": _cmd_export,
+        "select": _cmd_select,
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())
