@@ -122,24 +122,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             stats=stats,
         )
     if settings.method == "constant":
-        if f.shape[1] != 2:
-            raise UserError(
-                f"{feats.task}: input-independent debiasing is for binary tasks; this task has "
-                f"{f.shape[1]} labels (use --method ridge)"
-            )
-        search = constant_search(
-            p.logits_pert,
-            f,
-            p.gold,
-            p.example_id,
-            gamma=decision_gamma(feats.head_rows, [0, 1]),
-            c=before.c,
-            n=p.x_pert.shape[1],
-            m=settings.m,
-            phi=settings.phi,
-            logits_clean=p.logits_clean,
-            labels_clean=p.gold_clean,
-        )
+        search = constant_search_of(feats, settings)
         stats["constant_search"] = {
             "C": search.C,
             "V": search.V,
@@ -191,8 +174,13 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
 
 
 def constant_search_of(feats: Features, settings: FitSettings) -> Any:
-    """The constant-offset search itself (for its plot)."""
+    """The input-independent offset search on the train features (binary tasks only)."""
     p = feats.paired()
+    if p.f.shape[1] != 2:
+        raise UserError(
+            f"{feats.task}: input-independent debiasing is for binary tasks; this task has "
+            f"{p.f.shape[1]} labels (use --method ridge)"
+        )
     before = _radii(p, p.f, feats, settings)
     return constant_search(
         p.logits_pert,
