@@ -8,6 +8,7 @@ lm-eval-robust report RUN_BASE RUN_DEBIASED --labels base,debiased -o report/
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import shutil
@@ -157,7 +158,11 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--metadata", default="{}", help="task settings as JSON, as for lm_eval")
     p.add_argument("--features", default=None, help="use features already collected in DIR")
     p.add_argument("--features-dir", default=None, help="where to collect (default: next to -o)")
-    p.add_argument("--method", choices=["ridge", "constant", "batch_calibration"], default="ridge")
+    p.add_argument(
+        "--method",
+        choices=["ridge", "constant", "batch_calibration", "contextual_calibration"],
+        default="ridge",
+    )
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
     p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
     p.add_argument("--psi", choices=["linear", "norm"], default="linear")
@@ -170,8 +175,15 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     from lm_eval_robust.correction import correction_key, save
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.tasks.specs import get_spec
 
     key = correction_key(args.task)
+    get_spec(key.split("_")[0])  # unknown task: one-line error before any work
+    out = Path(args.out)
+    if out.parent.exists() and not out.parent.is_dir():
+        raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
+    if args.method == "contextual_calibration":  # needs the model, not collected features
+        return _fit_contextual(key, args, out)
     settings = FitSettings(
         method=args.method,
         lam=_number_or_auto("--lam", args.lam, minimum=0.0),
@@ -179,12 +191,6 @@ def _cmd_fit(argv: Sequence[str]) -> int:
         psi=args.psi,
         phi=args.phi,
     )
-    out = Path(args.out)
-    from lm_eval_robust.tasks.specs import get_spec
-
-    get_spec(key.split("_")[0])  # unknown task: one-line error before any work
-    if out.parent.exists() and not out.parent.is_dir():
-        raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
     if args.features:
         feat_dir = Path(args.features)
     else:
@@ -229,6 +235,29 @@ def _cmd_fit(argv: Sequence[str]) -> int:
         if v is not None
     }
     print(json.dumps(summary))
+    return 0
+
+
+def _fit_contextual(key: str, args: argparse.Namespace, out: Any) -> int:
+    import json
+
+    import torch
+
+    from lm_eval_robust.correction import save
+    from lm_eval_robust.fit.run import contextual_calibration
+    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    try:
+        md = json.loads(args.metadata)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--metadata must be JSON ({exc})") from None
+    extra = dict(kv.split("=", 1) for kv in args.model_args.split(",") if kv.strip())
+    extra.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
+    lm = DebiasedHFLM(pretrained=args.pretrained, **extra)
+    corr = contextual_calibration(key, lm, NIConfig.from_metadata(md))
+    save(corr, out)
+    print(json.dumps({"task": key, "method": corr.method, "p_cf": corr.stats["p_cf"]}))
     return 0
 
 

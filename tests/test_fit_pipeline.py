@@ -192,3 +192,25 @@ def test_batch_calibration_is_the_train_mean(fitted) -> None:
     corr = fit_features(feats, FitSettings(method="batch_calibration"))
     assert corr.W is None and corr.method == "batch_calibration"
     np.testing.assert_allclose(corr.beta, feats.label_logits.mean(axis=0), rtol=1e-6)
+
+
+def test_contextual_calibration(tiny_model_dir: Path, data_dir: Path) -> None:
+    from lm_eval.api.instance import Instance
+
+    from lm_eval_robust.fit.run import contextual_calibration
+    from lm_eval_robust.tasks.ni import NIConfig, content_free_prompts
+
+    lm = _lm(tiny_model_dir)
+    cfg = NIConfig(n_examples=20, n_perturbations=1, data_dir=str(data_dir))
+    corr = contextual_calibration("ni322_format_pert", lm, cfg)
+    prompts, choices = content_free_prompts("ni322", cfg)
+    assert len(prompts) == 3 and all(p.endswith("Answer:") for p in prompts)
+    assert "Comment: N/A" in prompts[0]
+    # by hand: mean over the content-free prompts of the label distribution
+    reqs = [
+        Instance("loglikelihood", {}, (p, c), i) for p in prompts for i, c in enumerate(choices)
+    ]
+    ll = np.array([r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)]).reshape(3, 2)
+    p = np.exp(ll) / np.exp(ll).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.exp(corr.beta), p.mean(axis=0), rtol=1e-6)
+    assert corr.method == "contextual_calibration" and corr.task == "ni322_format_pert"

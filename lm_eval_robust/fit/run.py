@@ -195,3 +195,49 @@ def constant_search_of(feats: Features, settings: FitSettings) -> Any:
         logits_clean=p.logits_clean,
         labels_clean=p.gold_clean,
     )
+
+
+def contextual_calibration(
+    task: str, lm: Any, config: Any, fingerprint: dict[str, Any] | None = None
+) -> Correction:
+    """Contextual calibration (Zhao et al. 2021) as a correction: ``β = log p_cf(label)``.
+
+    ``p_cf`` is the model's distribution over the labels for content-free queries ("N/A", "",
+    "[MASK]") in the task's clean prompt (its Definition and demonstrations), averaged over the
+    three; subtracting its log from the label logits is the paper's ``W = diag(p_cf)^-1``.
+    """
+    from lm_eval.api.instance import Instance
+
+    from lm_eval_robust.tasks.ni import content_free_prompts
+
+    spec = get_spec(task.split("_")[0])
+    prompts, choices = content_free_prompts(spec.short, config)
+    reqs = [
+        Instance("loglikelihood", {}, (prompt, choice), idx)
+        for prompt in prompts
+        for idx, choice in enumerate(choices)
+    ]
+    ll = np.array([r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)], dtype=np.float64)
+    ll = ll.reshape(len(prompts), len(choices))
+    logp = ll - np.logaddexp.reduce(ll, axis=1, keepdims=True)  # renormalise over the labels
+    p_cf = np.exp(logp).mean(axis=0)
+    ids = [int(lm.tok_encode(prompts[0] + c)[-1]) for c in choices]
+    labels = (
+        [f"option {i + 1}" for i in range(len(choices))]
+        if spec.is_multiple_choice
+        else list(spec.labels)
+    )
+    return Correction(
+        method="contextual_calibration",
+        W=None,
+        beta=np.log(p_cf),
+        label_token_ids=ids,
+        labels=labels,
+        task=correction_key(task),
+        fingerprint=dict(fingerprint if fingerprint is not None else lm.fingerprint),
+        stats={
+            "p_cf": p_cf.tolist(),
+            "content_free": ["N/A", "", "[MASK]"],
+            "labels_are_positions": spec.is_multiple_choice,
+        },
+    )

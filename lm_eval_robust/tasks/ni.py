@@ -455,3 +455,28 @@ METRICS_PERT: tuple[str, ...] = (
     "pop_cert_h",
     "pop_cert_c",
 )
+
+
+#: content-free query texts of contextual calibration (Zhao et al. 2021)
+CONTENT_FREE = ("N/A", "", "[MASK]")
+
+
+def content_free_prompts(task: str, config: NIConfig) -> tuple[list[str], list[str]]:
+    """Clean-format prompts whose query fields all read a content-free text, and the choices.
+
+    The Definition and demonstrations are the task's own; every field and option of the query is
+    replaced by one of :data:`CONTENT_FREE`.
+    """
+    spec = get_spec(task)
+    data = load_task_data(spec, config)
+    template = data.demos[0] if data.demos else data.splits["train"][0]
+    prompts: list[str] = []
+    choices: list[str] = []
+    for text in CONTENT_FREE:
+        values = {
+            k: [text] * len(v) if isinstance(v, list) else text for k, v in template.values.items()
+        }
+        segs, labels = build_prompt(data, spec.clean_format, Example("cf", values, 0))
+        prompts.append(join(segs))
+        choices = [" " + s for s in scored_labels(spec, labels)]
+    return prompts, choices
