@@ -55,7 +55,11 @@ def main() -> None:
         def bac(lg: np.ndarray, rows: np.ndarray) -> float:
             return balanced_accuracy(g[rows], lg[rows].argmax(1))
 
-        for folder, label in (("corrections_constant", "constant"), ("corrections_bc", "batch cal.")):
+        for folder, label in (
+            ("corrections_constant", "constant"),
+            ("corrections_bc", "batch cal."),
+            ("corrections_cc", "contextual cal."),
+        ):
             path = HERE / folder / f"{name}.safetensors"
             if not path.exists():
                 print(f"| {short} | {kind} | {label} | | | | – | – | – | – | no overlap | |")
