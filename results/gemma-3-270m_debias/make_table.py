@@ -23,6 +23,10 @@ from lm_eval_robust.metrics.classification import balanced_accuracy
 HERE = Path(__file__).resolve().parent
 
 
+def _num(v: float) -> str:
+    return "–" if v != v else f"{v:.1f}"
+
+
 def results(folder: Path) -> dict:
     files = sorted(glob.glob(str(folder / "*" / "results_*.json")))
     return json.loads(Path(files[-1]).read_text())["results"]
@@ -62,7 +66,8 @@ def main() -> None:
         ):
             path = HERE / folder / f"{name}.safetensors"
             if not path.exists():
-                print(f"| {short} | {kind} | {label} | | | | – | – | – | – | no overlap | |")
+                why = "no overlap (train)" if folder == "corrections_constant" else "not fitted"
+                print(f"| {short} | {kind} | {label} | | | | – | – | – | – | {why} | |")
                 continue
             c = load(path)
             fixed = m - np.asarray(c.beta)
@@ -73,8 +78,8 @@ def main() -> None:
             p_v = st.get("p_eps_V", st.get("radii", {}).get("p_eps_V", float("nan")))
             p_l = st.get("p_eps_L", st.get("radii", {}).get("p_eps_L", float("nan")))
             print(
-                f"| {short} | {kind} | {desc} | | | | {dc:+.3f} | {dp:+.3f} | {p_v:.1f} | "
-                f"{p_l:.1f} | | |"
+                f"| {short} | {kind} | {desc} | | | | {dc:+.3f} | {dp:+.3f} | {_num(p_v)} | "
+                f"{_num(p_l)} | | |"
             )
 
 
