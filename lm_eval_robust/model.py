@@ -120,7 +120,7 @@ class DebiasedHFLM(HFLM):
         pretrained: Any = "gemma-3-270m",
         correction: str | None = None,
         collect_features: str | None = None,
-        prefix_cache: bool | str = True,
+        prefix_cache: bool | str = "auto",
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, str):
@@ -137,13 +137,26 @@ class DebiasedHFLM(HFLM):
             self._corrections = load_corrections(correction, self.fingerprint)
         self._collector = FeatureCollector(collect_features) if collect_features else None
         self._prefix_cache: PrefixCache | None = None
-        if _truthy(prefix_cache) and self.backend == "causal":
+        if self._use_prefix_cache(prefix_cache) and self.backend == "causal":
             self._prefix_cache = PrefixCache(
                 self.model,
                 model_call=self._model_call,
                 context=inference_context(self.device.type, self.mixed_precision_dtype),
                 max_cached_prefixes=8,
             )
+
+    def _use_prefix_cache(self, setting: bool | str) -> bool:
+        """``auto``: on in float32, where cached and plain log-likelihoods agree to 1e-4; off in
+        half precision, where the cached path differs from ``--model hf`` by rounding (opt in
+        with ``prefix_cache=true`` for speed)."""
+        if str(setting).strip().lower() != "auto":
+            return _truthy(setting)
+        dtype = getattr(self.model, "dtype", None)
+        on = dtype == torch.float32
+        log.info(
+            "debiased_hf: prefix_cache=auto -> %s (model dtype %s)", "on" if on else "off", dtype
+        )
+        return on
 
     def _enable_cpu_data_parallel(self) -> None:
         """Split docs across ``accelerate launch --cpu`` processes.

@@ -115,3 +115,13 @@ def test_label_token_check() -> None:
         check_label_tokens("t", {" Threat": [7], " Non-threat": [8, 9, 10]})
     with pytest.raises(LabelTokenError, match="single token"):
         check_label_tokens("t", {" A": [5], " B": [5]})
+
+
+def test_prefix_cache_auto_follows_dtype(tiny_model_dir: Path) -> None:
+    from lm_eval_robust.model import DebiasedHFLM
+
+    kw = dict(pretrained=str(tiny_model_dir), batch_size=2, device="cpu")
+    assert DebiasedHFLM(dtype="float32", **kw)._prefix_cache is not None
+    assert DebiasedHFLM(dtype="bfloat16", **kw)._prefix_cache is None  # exact hf parity
+    assert DebiasedHFLM(dtype="bfloat16", prefix_cache="true", **kw)._prefix_cache is not None
+    assert DebiasedHFLM(dtype="float32", prefix_cache=False, **kw)._prefix_cache is None
