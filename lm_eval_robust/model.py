@@ -226,6 +226,18 @@ class DebiasedHFLM(HFLM):
         if rows:
             for i, r in self._last_positions_loglikelihood(list(rows.values()), disable_tqdm):
                 results[i] = r
+            if self._prefix_cache is not None and self.rank == 0:
+                s = self._prefix_cache.stats
+                log.warning(
+                    "debiased_hf prefix cache: %d rows from %d prefix groups, %d plain; %d prefix "
+                    "tokens not recomputed; peak cache %.1f MB%s",
+                    s.n_cached_rows,
+                    s.n_groups,
+                    s.n_fallback,
+                    s.prefix_tokens_saved,
+                    s.peak_cache_bytes / 2**20,
+                    f"; disabled: {s.disabled_reason}" if s.disabled_reason else "",
+                )
         if self._collector is not None:
             head = self.model.get_output_embeddings()
             self._collector.write(self.rank, self.fingerprint, head.weight)
