@@ -277,3 +277,18 @@ def test_single_run_report(tmp_path: Path) -> None:
 
     for path in write_plots(report, tmp_path / "plots"):
         assert _is_png(path)
+
+
+def test_gzipped_samples_are_read(tmp_path: Path) -> None:
+    import gzip
+
+    from lm_eval_robust.report.pairing import load_run
+
+    run = _write_run(tmp_path / "r", {"ni065_format_pert": _task_a(False)})
+    plain = load_run(run)
+    for f in (run / "tiny").glob("samples_*.jsonl"):
+        with gzip.open(f.with_name(f.name + ".gz"), "wt", encoding="utf-8") as out:
+            out.write(f.read_text(encoding="utf-8"))
+        f.unlink()
+    zipped = load_run(run)
+    assert zipped.tasks["ni065_format_pert"].items == plain.tasks["ni065_format_pert"].items

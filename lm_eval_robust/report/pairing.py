@@ -13,6 +13,7 @@ same doc hash). Docs are matched by ids, never by position.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -164,7 +165,8 @@ def _read_samples(
     kinds: set[str] = set()
     splits: set[str] = set()
     notes: list[str] = []
-    with file.open(encoding="utf-8") as fh:
+    opener = gzip.open if file.suffix == ".gz" else open
+    with opener(file, "rt", encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -209,6 +211,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     missing: list[str] = []
     for task in task_names:
         file = folder / f"samples_{task}_{stamp}.jsonl"
+        if not file.is_file():  # archived runs may keep their samples gzipped
+            file = file.with_name(file.name + ".gz")
         if not file.is_file():
             if task in configs:
                 missing.append(task)
