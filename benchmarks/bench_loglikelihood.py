@@ -30,6 +30,8 @@ def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -
 
     from lm_eval_robust.model import DebiasedHFLM
 
+    if variant == "raw_forward":
+        return RawForward(DebiasedHFLM(pretrained=path, **kw, prefix_cache=False), kw["batch_size"])
     if variant.endswith("+correction"):
         kind, extra = VARIANTS[variant.removesuffix("+correction")]
         extra = {**extra, "correction": correction}
@@ -37,6 +39,44 @@ def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -
         kind, extra = VARIANTS[variant]
     cls = HFLM if kind == "hf" else DebiasedHFLM
     return cls(pretrained=path, **kw, **extra)
+
+
+class RawForward:
+    """The limit on this machine: one batched forward per distinct input, left-padded with an
+    attention mask, ``logits_to_keep`` = the scored positions, nothing else (no harness)."""
+
+    def __init__(self, lm: Any, batch_size: int) -> None:
+        self.lm, self.batch_size = lm, batch_size
+        self.model = lm.model
+
+    def loglikelihood(self, reqs: list[Any], disable_tqdm: bool = True) -> list[tuple[float, bool]]:
+        import torch
+
+        enc = [self.lm._encode_pair(*r.args) for r in reqs]
+        inputs = sorted({tuple((c + t)[:-1]) for c, t in enc}, key=len)
+        n_keep = max(len(t) for _, t in enc)
+        out: dict[tuple[int, ...], torch.Tensor] = {}
+        pad = self.lm.tokenizer.pad_token_id or 0
+        for s in range(0, len(inputs), self.batch_size):
+            chunk = inputs[s : s + self.batch_size]
+            width = max(map(len, chunk))
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, x in enumerate(chunk):
+                ids[i, width - len(x) :] = torch.tensor(x)
+                mask[i, width - len(x) :] = 1
+            with torch.no_grad():
+                logits = self.model(
+                    input_ids=ids, attention_mask=mask, logits_to_keep=n_keep
+                ).logits
+            lp = torch.log_softmax(logits.float(), dim=-1)
+            for i, x in enumerate(chunk):
+                out[x] = lp[i]
+        res = []
+        for c, t in enc:
+            lp = out[tuple((c + t)[:-1])][-len(t) :]
+            res.append((float(lp[range(len(t)), t].sum()), True))
+        return res
 
 
 def _preds(reqs: list[Any], out: list[tuple[float, bool]]) -> dict[int, int]:
