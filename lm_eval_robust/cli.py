@@ -238,24 +238,39 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     return 0
 
 
-def _fit_contextual(key: str, args: argparse.Namespace, out: Any) -> int:
+def _parse_metadata(text: str) -> dict[str, Any]:
+    """``--metadata`` of the fit command: a JSON object, as for lm_eval."""
     import json
 
-    import torch
+    try:
+        md = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"--metadata must be JSON, e.g. '{{\"n_perturbations\": 20}}' ({exc})"
+        ) from None
+    return dict(md)
+
+
+def _model_kwargs(text: str) -> dict[str, Any]:
+    """``--model-args k=v,k=v``, with a device (the harness needs one when called from Python)."""
+    extra = dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
+    if "device" not in extra:
+        import torch
+
+        extra["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return extra
+
+
+def _fit_contextual(key: str, args: argparse.Namespace, out: Any) -> int:
+    import json
 
     from lm_eval_robust.correction import save
     from lm_eval_robust.fit.run import contextual_calibration
     from lm_eval_robust.model import DebiasedHFLM
     from lm_eval_robust.tasks.ni import NIConfig
 
-    try:
-        md = json.loads(args.metadata)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--metadata must be JSON ({exc})") from None
-    extra = dict(kv.split("=", 1) for kv in args.model_args.split(",") if kv.strip())
-    extra.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
-    lm = DebiasedHFLM(pretrained=args.pretrained, **extra)
-    corr = contextual_calibration(key, lm, NIConfig.from_metadata(md))
+    lm = DebiasedHFLM(pretrained=args.pretrained, **_model_kwargs(args.model_args))
+    corr = contextual_calibration(key, lm, NIConfig.from_metadata(_parse_metadata(args.metadata)))
     save(corr, out)
     print(json.dumps({"task": key, "method": corr.method, "p_cf": corr.stats["p_cf"]}))
     return 0
@@ -265,7 +280,6 @@ def collect(
     task: str, pretrained: str, model_args: str, metadata: str, root: Any, batch_size: str
 ) -> None:
     """Run the harness on ``task`` with feature collection into ``root``."""
-    import json
 
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -273,17 +287,8 @@ def collect(
     from lm_eval_robust._plugin import register, task_dir
 
     register()
-    try:
-        md = json.loads(metadata)
-    except json.JSONDecodeError as exc:
-        raise UserError(
-            f"--metadata must be JSON, e.g. '{{\"n_perturbations\": 20}}' ({exc})"
-        ) from None
-    extra = dict(kv.split("=", 1) for kv in model_args.split(",") if kv.strip())
-    if "device" not in extra:  # the harness needs one when called from Python
-        import torch
-
-        extra["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    md = _parse_metadata(metadata)
+    extra = _model_kwargs(model_args)
     tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata=md)
     lm_eval.simple_evaluate(
         model="debiased_hf",

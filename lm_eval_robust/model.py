@@ -322,17 +322,16 @@ class DebiasedHFLM(HFLM):
         """Record features, then apply the row's correction to its label logits (in place)."""
         if not row.docs:
             return
-        for (task, doc_id), toks in row.docs.items():
-            ids = [toks[k] for k in sorted(toks)]
-            if self._collector is not None:
+        doc_ids = {doc: [toks[k] for k in sorted(toks)] for doc, toks in row.docs.items()}
+        if self._collector is not None:
+            for (task, doc_id), ids in doc_ids.items():
                 self._collector.add(task, doc_id, hidden, logits[ids], ids)
         if row.key is None:
             return
         from lm_eval_robust.correction import apply_correction
 
         corr = self._corrections[row.key]
-        toks = next(iter(row.docs.values()))
-        ids = [toks[k] for k in sorted(toks)]
+        ids = next(iter(doc_ids.values()))
         if len(ids) != corr.d:
             from lm_eval_robust.correction import CorrectionError
 

@@ -103,6 +103,14 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
     }
     before = _radii(p, f, feats, settings)
     key = correction_key(feats.task)
+    # what every correction kind records about where it belongs (stats keeps growing below)
+    identity: dict[str, Any] = {
+        "label_token_ids": label_ids,
+        "labels": labels,
+        "task": key,
+        "fingerprint": dict(feats.fingerprint),
+        "stats": stats,
+    }
     if settings.method == "batch_calibration":
         # Batch calibration (Zhou et al. 2023), estimated once on the train split: subtract the
         # mean label logit over every train prompt, clean and perturbed (equivalently the mean
@@ -115,11 +123,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             method="batch_calibration",
             W=None,
             beta=np.asarray(beta, dtype=np.float64),
-            label_token_ids=label_ids,
-            labels=labels,
-            task=key,
-            fingerprint=dict(feats.fingerprint),
-            stats=stats,
+            **identity,
         )
     if settings.method == "constant":
         search = constant_search_of(feats, settings)
@@ -129,14 +133,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             "baseline": search.baseline,
             "at_b": search.at_b,
         }
-        return Correction.from_constant(
-            search,
-            label_token_ids=label_ids,
-            labels=labels,
-            task=key,
-            fingerprint=feats.fingerprint,
-            stats=stats,
-        )
+        return Correction.from_constant(search, **identity)
     cv_args = dict(
         x_pert=p.x_pert,
         f=f,
@@ -163,14 +160,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
     fit = fit_ridge(p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi)
     after = _radii(p, f - predict_bias(fit, p.x_pert), feats, settings)
     stats["radii"] = _radii_stats(before, after)
-    return Correction.from_ridge(
-        fit,
-        label_token_ids=label_ids,
-        labels=labels,
-        task=key,
-        fingerprint=feats.fingerprint,
-        stats=stats,
-    )
+    return Correction.from_ridge(fit, **identity)
 
 
 def constant_search_of(feats: Features, settings: FitSettings) -> Any:

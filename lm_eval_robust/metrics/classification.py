@@ -22,8 +22,13 @@ def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [unique[k] for k in sorted(unique)]
 
 
+def _subset(items: Iterable[Mapping[str, Any]], perturbed: bool) -> list[Mapping[str, Any]]:
+    """The clean (``pert_id == 0``) or perturbed rows, de-duplicated and ordered."""
+    return [r for r in _rows(items) if (int(r["pert_id"]) > 0) == perturbed]
+
+
 def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
-    rows = [r for r in _rows(items) if (int(r["pert_id"]) > 0) == perturbed]
+    rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
     pred = np.array([int(r["pred"]) for r in rows], dtype=np.int64)
     return gold, pred
@@ -82,7 +87,7 @@ def maj_share_pert(items: Iterable[Mapping[str, Any]]) -> float:
 
 
 def _scores(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
-    rows = [r for r in _rows(items) if (int(r["pert_id"]) > 0) == perturbed]
+    rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
     ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
     return gold, ll
