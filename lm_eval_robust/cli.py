@@ -4,6 +4,8 @@ lm-eval-robust run --model debiased_hf --tasks ni065_format_pert ...   (every lm
 lm-eval-robust perturb --task ni065 --kind format -n 5
 lm-eval-robust fit --task ni065_format_pert --pretrained gemma-3-270m -o corr.safetensors
 lm-eval-robust report RUN_BASE RUN_DEBIASED --labels base,debiased -o report/
+lm-eval-robust lora --task ni065_format_pert --pretrained gemma-3-270m -o adapters/
+lm-eval-robust replay RUN_BASE --features FEATS --correction corrections/ -o RUN_REPLAYED
 """
 
 from __future__ import annotations
@@ -160,7 +162,13 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--features-dir", default=None, help="where to collect (default: next to -o)")
     p.add_argument(
         "--method",
-        choices=["ridge", "constant", "batch_calibration", "contextual_calibration"],
+        choices=[
+            "ridge",
+            "constant",
+            "batch_calibration",
+            "contextual_calibration",
+            "clean_calibration",
+        ],
         default="ridge",
     )
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
@@ -170,6 +178,18 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--batch-size", default="16")
     p.add_argument("--plot", default=None, help="constant method: write the search plot here")
     p.add_argument("-o", "--out", required=True, help="correction file (.safetensors)")
+    p.add_argument(
+        "--layer",
+        default=None,
+        help="generation tasks: fit intermediate-layer debiasing at decoder layer L (0-based), "
+        "a comma list, or 'sweep' (first, quarter, half, last); -o is then a folder",
+    )
+    p.add_argument("--k", type=int, default=1, help="--layer: principal components debiased")
+    p.add_argument(
+        "--positions",
+        default="prompt",
+        help="--layer: decode positions edited: prompt (last prompt token), generated, all",
+    )
     args = p.parse_args(list(argv))
 
     from lm_eval_robust.correction import correction_key, save
@@ -178,6 +198,10 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     from lm_eval_robust.tasks.specs import get_spec
 
     key = correction_key(args.task)
+    if args.layer is not None:
+        from lm_eval_robust.generation.cli import fit_layers
+
+        return fit_layers(args, key)
     get_spec(key.split("_")[0])  # unknown task: one-line error before any work
     out = Path(args.out)
     if out.parent.exists() and not out.parent.is_dir():
@@ -322,6 +346,29 @@ def _cmd_select(argv: Sequence[str]) -> int:
     return select_main(argv)
 
 
+def _cmd_lora(argv: Sequence[str]) -> int:
+    from lm_eval_robust.lora import main as lora_main
+
+    return lora_main(argv)
+
+
+def _cmd_replay(argv: Sequence[str]) -> int:
+    p = OneLineArgumentParser(
+        prog="lm-eval-robust replay",
+        description="Apply label-logit corrections to a logged run (--log_samples and "
+        "collect_features=DIR) without running the model; writes a run folder for the report.",
+    )
+    p.add_argument("run", help="the base run's --output_path folder")
+    p.add_argument("--features", required=True, help="the base run's collect_features folder")
+    p.add_argument("--correction", required=True, help="correction file or folder (fit -o)")
+    p.add_argument("-o", "--out", required=True, help="output folder of the replayed run")
+    args = p.parse_args(list(argv))
+    from lm_eval_robust.replay import replay
+
+    print(f"wrote {replay(args.run, args.features, args.correction, args.out)}")
+    return 0
+
+
 def _cmd_report(argv: Sequence[str]) -> int:
     from lm_eval_robust.report.cli import main as report_main
 
@@ -337,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": _cmd_report,
         "export": _cmd_export,
         "select": _cmd_select,
+        "lora": _cmd_lora,
+        "replay": _cmd_replay,
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())

@@ -18,6 +18,7 @@ import json
 import os
 import struct
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,10 +41,13 @@ __all__ = [
     "CorrectionError",
     "apply_correction",
     "check_fingerprint",
+    "check_model_fingerprint",
     "load",
     "merged_head_update",
     "model_fingerprint",
+    "read_safetensors",
     "save",
+    "write_atomic",
 ]
 
 META_KEY = "lm_eval_robust"
@@ -266,11 +270,18 @@ def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
     from safetensors.numpy import save as st_save
 
     correction.validate()
-    target = Path(path)
     tensors = {"beta": np.ascontiguousarray(correction.beta)}
     if correction.W is not None:
         tensors["W"] = np.ascontiguousarray(correction.W)
     data = st_save(tensors, metadata={META_KEY: _metadata(correction)})
+    return write_atomic(data, Path(path))
+
+
+def write_atomic(data: bytes, target: Path) -> Path:
+    """Write ``data`` to ``target`` atomically (temporary file, fsync, ``os.replace``).
+
+    On any failure the temporary file is removed and an existing target is left untouched.
+    """
     directory = target.parent if str(target.parent) else Path(".")
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -323,8 +334,10 @@ def _header(raw: bytes) -> dict[str, Any] | None:
     return header if isinstance(header, dict) else None
 
 
-def load(path: str | os.PathLike[str]) -> Correction:
-    """Read a correction written by :func:`save`; :class:`CorrectionError` says what is wrong."""
+def read_safetensors(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Tensors and our JSON metadata of a correction file (any kind), with one-line errors."""
     from safetensors.numpy import load as st_load
 
     p = Path(path)
@@ -372,6 +385,18 @@ def load(path: str | os.PathLike[str]) -> Correction:
         raise CorrectionError(
             f"{p} uses correction schema {schema!r}; this lm-eval-robust reads schema "
             f"<= {SCHEMA_VERSION} (upgrade lm-eval-robust or {_FIT_HINT})"
+        )
+    return dict(tensors), meta
+
+
+def load(path: str | os.PathLike[str]) -> Correction:
+    """Read a correction written by :func:`save`; :class:`CorrectionError` says what is wrong."""
+    p = Path(path)
+    tensors, meta = read_safetensors(p)
+    if meta.get("method") == "layer_ridge":
+        raise CorrectionError(
+            f"{p} is an intermediate-layer correction (layer {meta.get('layer')}); pass it as "
+            "layer_correction= instead of correction="
         )
     required = ("method", "label_token_ids", "labels", "task", "psi")
     missing = [k for k in required if k not in meta]
@@ -490,20 +515,13 @@ def _short(v: Any) -> str:
     )
 
 
-def check_fingerprint(
-    correction: Correction,
-    fingerprint: dict[str, Any],
-    task: str | None = None,
-    label_token_ids: list[int] | None = None,
-) -> None:
-    """Raise :class:`CorrectionError` if ``correction`` belongs to another model, task or labels.
+def check_model_fingerprint(want: dict[str, Any], fingerprint: dict[str, Any]) -> None:
+    """Raise :class:`CorrectionError` if fingerprint ``want`` (a correction's) is another model's.
 
-    Compares the identity fields of the two fingerprints (``architecture``, ``hidden_size``,
-    ``vocab_size``, ``head_sha256``, ``head_bias_sha256``, ``tokenizer_sha256``; fields absent from
-    either side are skipped), then the task name and the label token ids (order matters: column
-    ``k`` of the correction is label ``k``).
+    Compares the identity fields (``architecture``, ``hidden_size``, ``vocab_size``,
+    ``head_sha256``, ``head_bias_sha256``, ``tokenizer_sha256``); fields absent from either side
+    are skipped, and a correction with none of them is refused.
     """
-    want = correction.fingerprint or {}
     compared = [k for k in _COMPARED if k in want and k in fingerprint]
     if not compared:
         raise CorrectionError(
@@ -517,6 +535,35 @@ def check_fingerprint(
             f"correction was fitted for model {_describe_model(want)} but this model is "
             f"{_describe_model(fingerprint)}: {detail}; {_FIT_HINT} for this model"
         )
+    # absent = no adapter (files from before LoRA support were all fitted on base models)
+    mine, theirs = want.get("adapter_sha256"), fingerprint.get("adapter_sha256")
+    if mine != theirs:
+        raise CorrectionError(
+            f"correction was fitted on {_adapter_desc(mine)} but this model is "
+            f"{_adapter_desc(theirs)}; fit it with the same lora= as the run that uses it"
+        )
+
+
+def _adapter_desc(sha: Any) -> str:
+    if sha is None:
+        return "the base model (no LoRA adapter)"
+    return f"the model with LoRA adapter {_short(sha) if len(str(sha)) == 16 else sha}"
+
+
+def check_fingerprint(
+    correction: Correction,
+    fingerprint: dict[str, Any],
+    task: str | None = None,
+    label_token_ids: list[int] | None = None,
+) -> None:
+    """Raise :class:`CorrectionError` if ``correction`` belongs to another model, task or labels.
+
+    Compares the identity fields of the two fingerprints (``architecture``, ``hidden_size``,
+    ``vocab_size``, ``head_sha256``, ``head_bias_sha256``, ``tokenizer_sha256``; fields absent from
+    either side are skipped), then the task name and the label token ids (order matters: column
+    ``k`` of the correction is label ``k``).
+    """
+    check_model_fingerprint(correction.fingerprint or {}, fingerprint)
     if task is not None and task != correction.task:
         raise CorrectionError(
             f"correction was fitted for task {correction.task!r} but is applied to task {task!r}; "
@@ -630,12 +677,13 @@ def correction_key(task_name: str) -> str:
 
 
 def load_corrections(
-    path: str | os.PathLike[str], fingerprint: dict[str, Any]
+    path: str | os.PathLike[str],
+    fingerprint: dict[str, Any] | Callable[[str], dict[str, Any]],
 ) -> dict[str, Correction]:
     """Corrections by task key from a file or a directory of ``*.safetensors`` files.
 
-    Every correction is checked against the model's fingerprint; two files for one task are an
-    error.
+    Every correction is checked against the model's fingerprint (``fingerprint(task)`` when it
+    depends on the task, as with per-task LoRA adapters); two files for one task are an error.
     """
     p = Path(path)
     if p.is_dir():
@@ -649,7 +697,7 @@ def load_corrections(
     out: dict[str, Correction] = {}
     for f in files:
         corr = load(f)
-        check_fingerprint(corr, fingerprint)
+        check_fingerprint(corr, fingerprint(corr.task) if callable(fingerprint) else fingerprint)
         if corr.task in out:
             raise CorrectionError(
                 f"two corrections for task {corr.task!r} in {p}; keep one per task"

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +96,7 @@ class _Row:
 
     inp: tuple[int, ...]
     key: str | None  # correction key (task family) or None
+    adapter: str | None = None  # LoRA adapter key (task family) or None
     requests: list[tuple[int, list[int]]] = field(default_factory=list)  # (request index, cont)
     docs: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # doc -> idx: tok
 
@@ -111,8 +112,15 @@ class DebiasedHFLM(HFLM):
     * ``correction=PATH``: a correction file, or a directory of per-task correction files, written
       by ``lm-eval-robust fit``; each request of one of our tasks gets its own task's correction
       ``M*(x) = M(x) - (psi(x) W + beta)`` on the label logits;
+    * ``layer_correction=PATH``: an intermediate-layer correction file (or a directory of
+      per-task files) from ``lm-eval-robust fit --layer L``, applied during generation through a
+      hook on its layer (:mod:`lm_eval_robust.generation`); ``layer_positions=prompt|generated|
+      all`` overrides the decode positions it edits;
     * ``collect_features=DIR``: record, for every prompt of our tasks, the head's input ``x`` at
-      the label position and the label logits, into ``DIR/<task>/rank<r>.safetensors``.
+      the label position and the label logits, into ``DIR/<task>/rank<r>.safetensors``;
+    * ``lora=PATH``: a LoRA adapter file, or a directory of per-task adapter files, written by
+      ``lm-eval-robust lora`` (:mod:`lm_eval_robust.lora`); each of our tasks' prompts runs with its
+      task's adapter, and features and corrections record that adapter in their fingerprint.
     """
 
     def __init__(
@@ -121,6 +129,9 @@ class DebiasedHFLM(HFLM):
         correction: str | None = None,
         collect_features: str | None = None,
         prefix_cache: bool | str = "auto",
+        layer_correction: str | None = None,
+        layer_positions: str | None = None,
+        lora: str | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, str):
@@ -130,11 +141,32 @@ class DebiasedHFLM(HFLM):
         super().__init__(pretrained=pretrained, **kwargs)
         self._enable_cpu_data_parallel()
         self._fingerprint: dict[str, Any] | None = None
+        self._adapters: dict[str, Any] = {}
+        if lora:
+            from lm_eval_robust.lora import check_adapter, load_adapters
+
+            self._adapters = load_adapters(lora)
+            for adapter in self._adapters.values():
+                check_adapter(adapter, self.model, self.tokenizer)
         self._corrections: dict[str, Any] = {}
         if correction:
             from lm_eval_robust.correction import load_corrections
 
-            self._corrections = load_corrections(correction, self.fingerprint)
+            self._corrections = load_corrections(correction, self.fingerprint_for)
+        self._layer_corrections: dict[str, Any] = {}
+        self._layer_positions = layer_positions or None
+        if layer_correction:
+            from lm_eval_robust.generation.fit import load_layer_corrections
+            from lm_eval_robust.generation.layers import POSITIONS
+
+            if self._layer_positions not in (None, *POSITIONS):
+                raise UserError(
+                    f"layer_positions={layer_positions!r} is not one of {', '.join(POSITIONS)}; "
+                    "drop it to use the correction's own setting"
+                )
+            self._layer_corrections = load_layer_corrections(
+                layer_correction, self.fingerprint, self.model
+            )
         self._collector = FeatureCollector(collect_features) if collect_features else None
         self._prefix_cache: PrefixCache | None = None
         if self._use_prefix_cache(prefix_cache) and self.backend == "causal":
@@ -175,8 +207,62 @@ class DebiasedHFLM(HFLM):
         if self._fingerprint is None:
             from lm_eval_robust.correction import model_fingerprint
 
-            self._fingerprint = model_fingerprint(self.model, self.tokenizer)
+            fp = model_fingerprint(self.model, self.tokenizer)
+            shas = sorted(a.sha256 for a in self._adapters.values())
+            # one adapter: the model is base + it; several (per task): no single identity, so
+            # a correction made from this fingerprint matches only the same set of adapters
+            fp["adapter_sha256"] = (
+                None if not shas else shas[0] if len(shas) == 1 else "set:" + ",".join(shas)
+            )
+            self._fingerprint = fp
         return self._fingerprint
+
+    def fingerprint_for(self, task: str) -> dict[str, Any]:
+        """The fingerprint of the model that scores ``task``: with its LoRA adapter, if any."""
+        if not self._adapters:
+            return self.fingerprint
+        from lm_eval_robust.correction import correction_key
+
+        adapter = self._adapters.get(correction_key(task))
+        return {**self.fingerprint, "adapter_sha256": adapter.sha256 if adapter else None}
+
+    def _adapter_key(self, req: Any) -> str | None:
+        if not self._adapters:
+            return None
+        from lm_eval_robust.correction import correction_key
+        from lm_eval_robust.lora import LoraError
+
+        key = correction_key(str(req.task_name))
+        if not _is_ours(req) or key not in self._adapters:
+            raise LoraError(
+                f"no LoRA adapter for task {req.task_name!r} (have: {sorted(self._adapters)}); "
+                f"train one with `lm-eval-robust lora --task {key}` or drop lora="
+            )
+        return key
+
+    def _refuse_lora(self, what: str) -> None:
+        if self._adapters:
+            from lm_eval_robust.lora import LoraError
+
+            raise LoraError(
+                f"lora= applies to the label scoring of this package's tasks, not to {what}; "
+                "drop lora="
+            )
+
+    @contextmanager
+    def _adapter_attached(self, key: str | None) -> Iterator[None]:
+        """Run under task ``key``'s adapter (none for None); prefix caches never cross adapters."""
+        if key is None:
+            yield
+            return
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
+        try:
+            with self._adapters[key].attached(self.model):
+                yield
+        finally:
+            if self._prefix_cache is not None:
+                self._prefix_cache.clear()
 
     # ------------------------------------------------------------------ log-likelihood
     #: continuations up to this many tokens take the last-positions path
@@ -186,7 +272,7 @@ class DebiasedHFLM(HFLM):
         self, requests: list[Any], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         results: list[tuple[float, bool] | None] = [None] * len(requests)
-        rows: dict[tuple[str | None, tuple[int, ...]], _Row] = {}
+        rows: dict[tuple[str | None, str | None, tuple[int, ...]], _Row] = {}
         slow: list[int] = []
         ours: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(dict)
         for i, req in enumerate(requests):
@@ -196,6 +282,8 @@ class DebiasedHFLM(HFLM):
                 continue
             ctx_enc, cont_enc = self._encode_pair(context, continuation)
             mine = _is_ours(req)
+            adapter = self._adapter_key(req)
+            style = self._prompt_style(req, context) if mine else "plain"
             if mine:
                 ours[(str(req.task_name), int(req.doc_id))][continuation] = cont_enc
             if not 1 <= len(cont_enc) <= self.max_fast_tokens:
@@ -204,18 +292,22 @@ class DebiasedHFLM(HFLM):
             # the harness's input window: the last max_length tokens of ctx+cont[:-1]
             inp = tuple((ctx_enc + cont_enc)[-(self.max_length + 1) :][:-1])
             key = self._correction_key(req) if mine else None
-            row = rows.setdefault((key, inp), _Row(inp=inp, key=key))
+            row = rows.setdefault((key, adapter, inp), _Row(inp=inp, key=key, adapter=adapter))
             row.requests.append((i, cont_enc))
             if mine:
                 row.docs.setdefault((str(req.task_name), int(req.doc_id)), {})[int(req.idx)] = (
                     cont_enc[-1]
                 )
                 if self._collector is not None:
-                    self._collector.note_doc(str(req.task_name), int(req.doc_id), req.doc)
+                    self._collector.note_doc(str(req.task_name), int(req.doc_id), req.doc, style)
+                if key is not None:
+                    self._check_correction_style(key, style)
         for (task, _doc), labels in sorted(ours.items()):
             check_label_tokens(task, labels)
         if slow:
-            if any(_is_ours(requests[i]) for i in slow) and (self._corrections or self._collector):
+            if any(_is_ours(requests[i]) for i in slow) and (
+                self._corrections or self._collector or self._adapters
+            ):
                 raise LabelTokenError(
                     "corrections and feature collection need label continuations of at most "
                     f"{self.max_fast_tokens} tokens"
@@ -240,9 +332,51 @@ class DebiasedHFLM(HFLM):
                 )
         if self._collector is not None:
             head = self.model.get_output_embeddings()
-            self._collector.write(self.rank, self.fingerprint, head.weight)
+            self._collector.write(self.rank, self.fingerprint_for, head.weight)
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise PromptStyleError(
+                f"{self.pretrained!s} has no chat template; drop --apply_chat_template (the "
+                "plain prompt style) or use an instruct model"
+            )
+        return str(super().apply_chat_template(chat_history, add_generation_prompt))
+
+    @staticmethod
+    def _prompt_style(req: Any, context: str) -> str:
+        """``plain`` when the harness sent the doc's prompt as is, else ``chat`` (templated).
+
+        A doc whose task pins ``prompt_style`` to the other style is refused.
+        """
+        doc = req.doc
+        style = "plain" if context == doc["prompt"] else "chat"
+        want = str(doc.get("prompt_style", "auto"))
+        if want in ("plain", "chat") and want != style:
+            fix = (
+                "add --apply_chat_template"
+                if want == "chat"
+                else "drop --apply_chat_template and --system_instruction"
+            )
+            raise PromptStyleError(
+                f"task {req.task_name} sets prompt_style={want} but its prompts are in the {style} "
+                f"style; {fix}, or set --metadata prompt_style=auto"
+            )
+        return style
+
+    def _check_correction_style(self, key: str, style: str) -> None:
+        fitted = self._corrections[key].stats.get("prompt_style")
+        if fitted is not None and fitted != style:
+            from lm_eval_robust.correction import CorrectionError
+
+            raise CorrectionError(
+                f"correction for {key!r} was fitted on {fitted}-style prompts but this run's are "
+                f"{style}-style; refit it on {style} prompts or "
+                f"{'add' if fitted == 'chat' else 'drop'} --apply_chat_template"
+            )
 
     def _correction_key(self, req: Any) -> str | None:
         if not self._corrections:
@@ -259,7 +393,39 @@ class DebiasedHFLM(HFLM):
             )
         return key
 
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        self._refuse_lora("rolling log-likelihoods")
+        return list(super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm))
+
     # ------------------------------------------------------------------ generation
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Generation; with ``layer_correction=``, each task's requests run under its task's
+        intermediate-layer correction (a hook on the fitted layer, removed after the group)."""
+        self._refuse_lora("generation")
+        if not self._layer_corrections:
+            return list(super().generate_until(requests, disable_tqdm=disable_tqdm))
+        from lm_eval_robust.correction import CorrectionError, correction_key
+        from lm_eval_robust.generation.fit import apply_layer_correction
+
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, req in enumerate(requests):
+            key = correction_key(str(req.task_name))
+            if key not in self._layer_corrections:
+                raise CorrectionError(
+                    f"no layer correction for task {req.task_name!r} (have: "
+                    f"{sorted(self._layer_corrections)}); fit one with `lm-eval-robust fit "
+                    f"--task {key} --layer L` or drop layer_correction="
+                )
+            groups[key].append(i)
+        out: list[str] = [""] * len(requests)
+        for key, idx in sorted(groups.items()):
+            corr = self._layer_corrections[key]
+            with apply_layer_correction(self.model, corr, self._layer_positions):
+                res = super().generate_until([requests[i] for i in idx], disable_tqdm=disable_tqdm)
+            for i, r in zip(idx, res, strict=True):
+                out[i] = r
+        return out
+
     def _model_generate(
         self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any
     ) -> torch.Tensor:
@@ -286,7 +452,22 @@ class DebiasedHFLM(HFLM):
         self, rows: list[_Row], disable_tqdm: bool
     ) -> Iterator[tuple[int, tuple[float, bool]]]:
         # One forward row per distinct input (and correction), as the harness's logits cache
-        # does for choices sharing a context; the head runs on the scored positions only.
+        # does for choices sharing a context; the head runs on the scored positions only. With
+        # per-task LoRA adapters, each adapter's rows run as one group under its adapter.
+        bar = tqdm(
+            total=len(rows),
+            disable=disable_tqdm or self.rank != 0,
+            desc="debiased_hf: last-position log-likelihoods",
+        )
+        groups: dict[str | None, list[_Row]] = defaultdict(list)
+        for row in rows:
+            groups[row.adapter].append(row)
+        for adapter in sorted(groups, key=lambda k: k or ""):
+            with self._adapter_attached(adapter):
+                yield from self._score_rows(groups[adapter], bar)
+        bar.close()
+
+    def _score_rows(self, rows: list[_Row], bar: Any) -> Iterator[tuple[int, tuple[float, bool]]]:
         if self._prefix_cache is not None:
             # rows sharing a prompt prefix (Definition + demonstrations) stay together, so each
             # prefix's key/value cache is computed once
@@ -295,11 +476,6 @@ class DebiasedHFLM(HFLM):
         else:
             rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
         bs = self._fast_batch_size()
-        bar = tqdm(
-            total=len(rows),
-            disable=disable_tqdm or self.rank != 0,
-            desc="debiased_hf: last-position log-likelihoods",
-        )
         for start in range(0, len(rows), bs):
             chunk = rows[start : start + bs]
             n_keep = max(len(cont) for r in chunk for _, cont in r.requests)
@@ -316,7 +492,6 @@ class DebiasedHFLM(HFLM):
                     is_greedy = bool((greedy[b, n_keep - n :] == toks).all())
                     yield i, (float(lp), is_greedy)
             bar.update(len(chunk))
-        bar.close()
 
     def _debias_row(self, row: _Row, logits: torch.Tensor, hidden: torch.Tensor) -> None:
         """Record features, then apply the row's correction to its label logits (in place)."""
@@ -384,8 +559,10 @@ class FeatureCollector:
             ) from None
         self._meta: dict[tuple[str, int], dict[str, Any]] = {}
         self._rows: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
+        self._styles: dict[str, str] = {}
 
-    def note_doc(self, task: str, doc_id: int, doc: dict[str, Any]) -> None:
+    def note_doc(self, task: str, doc_id: int, doc: dict[str, Any], style: str = "plain") -> None:
+        self._styles[task] = style
         self._meta[(task, doc_id)] = {
             "example_id": str(doc["example_id"]),
             "pert_id": int(doc["pert_id"]),
@@ -412,8 +589,12 @@ class FeatureCollector:
         self._rows[(task, doc_id)] = (h, lg, ids)
 
     def write(
-        self, rank: int, fingerprint: dict[str, Any], head_weight: torch.Tensor
+        self,
+        rank: int,
+        fingerprint: dict[str, Any] | Callable[[str], dict[str, Any]],
+        head_weight: torch.Tensor,
     ) -> list[Path]:
+        """One shard per task; ``fingerprint`` may depend on the task (per-task LoRA adapters)."""
         from safetensors.torch import save_file
 
         written = []
@@ -443,7 +624,8 @@ class FeatureCollector:
                 "example_id": [m["example_id"] for m in meta],
                 "pert_kind": [m["pert_kind"] for m in meta],
                 "format_id": [m["format_id"] for m in meta],
-                "fingerprint": fingerprint,
+                "prompt_style": self._styles.get(task, "plain"),
+                "fingerprint": fingerprint(task) if callable(fingerprint) else fingerprint,
             }
             out = self.directory / task / f"rank{rank}.safetensors"
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -453,6 +635,10 @@ class FeatureCollector:
             written.append(out)
         self._rows.clear()
         return written
+
+
+class PromptStyleError(UserError):
+    """Prompts in another style than the task or correction asks for."""
 
 
 class FeatureError(UserError):

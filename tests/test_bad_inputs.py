@@ -120,7 +120,7 @@ def _requests(task: str, n_docs: int = 2) -> list[Any]:
         Instance(
             request_type="loglikelihood",
             doc=doc,
-            arguments=(doc["prompt"], choice),
+            arguments=(doc["prompt"], " " + choice),  # the YAML's target_delimiter
             idx=j,
             metadata=(task, i, 1),
         )

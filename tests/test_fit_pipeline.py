@@ -208,7 +208,9 @@ def test_contextual_calibration(tiny_model_dir: Path, data_dir: Path) -> None:
     assert "Comment: N/A" in prompts[0]
     # by hand: mean over the content-free prompts of the label distribution
     reqs = [
-        Instance("loglikelihood", {}, (p, c), i) for p in prompts for i, c in enumerate(choices)
+        Instance("loglikelihood", {}, (p, " " + c), i)
+        for p in prompts
+        for i, c in enumerate(choices)
     ]
     ll = np.array([r[0] for r in lm.loglikelihood(reqs, disable_tqdm=True)]).reshape(3, 2)
     p = np.exp(ll) / np.exp(ll).sum(axis=1, keepdims=True)

@@ -292,3 +292,34 @@ def test_gzipped_samples_are_read(tmp_path: Path) -> None:
         f.unlink()
     zipped = load_run(run)
     assert zipped.tasks["ni065_format_pert"].items == plain.tasks["ni065_format_pert"].items
+
+
+def test_six_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """base / debias / batch cal. / contextual cal. / LoRA / LoRA+debias: each paired with base."""
+    labels = ["base", "debias", "bc", "cc", "lora", "lora_debias"]
+    runs = [
+        _write_run(
+            tmp_path / name,
+            {"ni065_format_pert": _task_a(i % 2 == 1), "ni220_format_pert": _task_b(i > 2, i)},
+            model_args=f"pretrained=tiny,correction={name}" if i else "pretrained=tiny",
+            shuffle=i,
+        )
+        for i, name in enumerate(labels)
+    ]
+    out = tmp_path / "report"
+    args = [*map(str, runs), "--labels", ",".join(labels), "-o", str(out), "--resamples", "300"]
+    assert main(args) == 0
+    md = capsys.readouterr().out
+    assert "## Methods side by side" in md
+    section = md.split("## Methods side by side")[1].split("\n## ")[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ni065_format_pert |")]
+    assert [r.split(" | ")[1] for r in rows] == labels  # in the order given, consecutive
+    assert rows[0].rstrip().endswith("| – | – | – |")  # the base is not paired with itself
+    # debias (odd runs) recovers 12.5 points of perturbed BAC on task A: δ_pert 12.5, p_recover 50
+    for r in (rows[1], rows[3], rows[5]):
+        cells = [c.strip() for c in r.strip().strip("|").split("|")]
+        assert cells[7].startswith("12.5 [") and cells[8].startswith("50.0")
+    doc = json.loads((out / "report.json").read_text())
+    assert {(p["other"], p["base"]) for p in doc["pairs"]} == {(x, "base") for x in labels[1:]}
+    assert len(doc["across_pairs"]) == 5  # one across-task column per method
+    assert _is_png(out / "deltas.png")

@@ -36,7 +36,7 @@ def test_docs_shape_and_labels(task: str, cfg: NIConfig) -> None:
         for d in docs:
             assert 0 <= d["gold"] < len(d["choices"]) == len(d["labels"])
             assert len(set(d["choices"])) == len(d["choices"])
-            assert all(c.startswith(" ") for c in d["choices"])
+            assert all(c == c.strip() and c for c in d["choices"])  # bare: the YAML adds " "
             # the query ends with the answer cue, right before the scored label
             assert not d["prompt"].endswith((" ", "\n", "\t"))
             if get_spec(task).is_multiple_choice:  # the instruction names every option label

@@ -34,6 +34,7 @@ class Features:
     example_id: np.ndarray  # [rows] str
     fingerprint: dict[str, Any]
     head_rows: np.ndarray  # [d, n] LM-head rows of the clean prompts' label tokens
+    prompt_style: str = "plain"  # "plain" or "chat" (the model's chat template)
 
     @property
     def clean(self) -> np.ndarray:
@@ -112,7 +113,8 @@ def load_features(directory: str | Path) -> Features:
     parts = [_read_shard(s) for s in shards]
     tasks = {h["task"] for _, h in parts}
     fps = {json.dumps(h["fingerprint"], sort_keys=True) for _, h in parts}
-    if len(tasks) != 1 or len(fps) != 1:
+    styles = {str(h.get("prompt_style", "plain")) for _, h in parts}
+    if len(tasks) != 1 or len(fps) != 1 or len(styles) != 1:
         raise FeatureFileError(f"shards in {d} come from different tasks or models; recollect")
     cat = {k: np.concatenate([t[k] for t, _ in parts]) for k in parts[0][0] if k != "head_rows"}
     ex = np.array([e for _, h in parts for e in h["example_id"]], dtype=object)
@@ -131,4 +133,5 @@ def load_features(directory: str | Path) -> Features:
         example_id=ex[order],
         fingerprint=json.loads(fps.pop()),
         head_rows=parts[0][0]["head_rows"].astype(np.float32),
+        prompt_style=styles.pop(),
     )

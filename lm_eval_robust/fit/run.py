@@ -16,6 +16,7 @@ import numpy as np
 
 from lm_eval_robust.correction import Correction, correction_key
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.fit.clean_cal import clean_offset
 from lm_eval_robust.fit.constant import constant_search, decision_gamma
 from lm_eval_robust.fit.features import Features, PairedFeatures
 from lm_eval_robust.fit.radii import (
@@ -29,7 +30,7 @@ from lm_eval_robust.tasks.specs import get_spec
 
 log = logging.getLogger(__name__)
 
-METHODS = ("ridge", "constant", "batch_calibration")
+METHODS = ("ridge", "constant", "batch_calibration", "clean_calibration")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         "n_perturbed_rows": int(f.shape[0]),
         "labels_are_positions": spec.is_multiple_choice,
         "features_task": feats.task,
+        "prompt_style": feats.prompt_style,
     }
     before = _radii(p, f, feats, settings)
     key = correction_key(feats.task)
@@ -125,6 +127,12 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             beta=np.asarray(beta, dtype=np.float64),
             **identity,
         )
+    if settings.method == "clean_calibration":
+        # the clean-calibrated reference: no perturbed prompt is used
+        beta = clean_offset(feats.label_logits[clean_rows], feats.gold[clean_rows])
+        stats["radii"] = _radii_stats(before, before)  # a constant shift leaves F unchanged
+        stats["estimated_on"] = "train split, clean prompts only (offset maximising BAC)"
+        return Correction(method="clean_calibration", W=None, beta=beta, **identity)
     if settings.method == "constant":
         search = constant_search_of(feats, settings)
         stats["constant_search"] = {
@@ -195,6 +203,8 @@ def contextual_calibration(
     ``p_cf`` is the model's distribution over the labels for content-free queries ("N/A", "",
     "[MASK]") in the task's clean prompt (its Definition and demonstrations), averaged over the
     three; subtracting its log from the label logits is the paper's ``W = diag(p_cf)^-1``.
+    With ``prompt_style=chat`` the prompts go through the model's chat template and the label is
+    the first token of the answer, as ``--apply_chat_template`` does in the harness.
     """
     from lm_eval.api.instance import Instance
 
@@ -202,6 +212,11 @@ def contextual_calibration(
 
     spec = get_spec(task.split("_")[0])
     prompts, choices = content_free_prompts(spec.short, config)
+    style = "chat" if getattr(config, "prompt_style", "auto") == "chat" else "plain"
+    if style == "chat":
+        prompts = [lm.apply_chat_template([{"role": "user", "content": p}]) for p in prompts]
+    else:
+        choices = [" " + c for c in choices]
     reqs = [
         Instance("loglikelihood", {}, (prompt, choice), idx)
         for prompt in prompts
@@ -228,6 +243,7 @@ def contextual_calibration(
         stats={
             "p_cf": p_cf.tolist(),
             "content_free": ["N/A", "", "[MASK]"],
+            "prompt_style": style,
             "labels_are_positions": spec.is_multiple_choice,
         },
     )

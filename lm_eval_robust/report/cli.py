@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from lm_eval_robust.errors import OneLineArgumentParser, UserError
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders; the first is the base")
     p.add_argument("--labels", default=None, help="comma-separated run names, e.g. base,debiased")
     p.add_argument("-o", "--out", default="robustness_report", help="output folder")
+    p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--confidence", type=float, default=0.95, help="CI level")
     p.add_argument("--phi", type=float, default=0.1, help="certificate failure ratio φ")
@@ -99,6 +101,12 @@ def run_report(args: argparse.Namespace) -> str:
         ) from None
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = label_runs(args.runs, labels)
+    if args.tasks:
+        keep = {t.strip() for t in args.tasks.split(",") if t.strip()}
+        runs = [replace(r, tasks={k: v for k, v in r.tasks.items() if k in keep}) for r in runs]
+        empty = [r.label for r in runs if not r.tasks]
+        if empty:
+            raise UserError(f"runs {', '.join(empty)} have none of --tasks {args.tasks}")
     report = build_report(runs, settings)
     markdown = to_markdown(report)
     (out / "report.md").write_text(markdown, encoding="utf-8")

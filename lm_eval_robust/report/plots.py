@@ -48,8 +48,9 @@ def _points(ax: Axes, tasks: Sequence[str], series: list[tuple[str, list[Estimat
     for i, (label, values) in enumerate(series):
         off = (i - (n - 1) / 2) * min(0.8 / max(n, 1), 0.25)
         v, err = _err(values)
+        marker = "os^D"[(i // len(PALETTE)) % 4]  # past six series the colours repeat
         ax.errorbar(
-            v, y + off, xerr=err, fmt="o", ms=4, capsize=2, color=PALETTE[i % 6], label=label
+            v, y + off, xerr=err, fmt=marker, ms=4, capsize=2, color=PALETTE[i % 6], label=label
         )
     ax.axvline(0, color="0.5", lw=0.8)
     ax.set_yticks(y, list(tasks))
@@ -63,7 +64,9 @@ def plot_deltas(report: Report, path: Path) -> Path:
     runs = list(dict.fromkeys(t.run for t in report.tasks))
     by = {(t.run, t.task): t for t in report.tasks}
     panels = 2 if report.pairs else 1
-    fig = _figure(5.2 * panels, 1.2 + 0.38 * len(tasks))
+    # one point per series per task: grow with the series too (six runs: 10 series per task)
+    n_series = max(len(runs), 2 * len({p.other for p in report.pairs}))
+    fig = _figure(6.6 * panels, 1.6 + 0.38 * len(tasks) * max(1.0, n_series / 3))
     axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]
     nan = Estimate(math.nan)
     series = [
@@ -73,7 +76,7 @@ def plot_deltas(report: Report, path: Path) -> Path:
     _points(axes[0], tasks, series)
     axes[0].set_xlabel("δ_drop = BAC pert − BAC clean (points)")
     axes[0].set_title("Drop under perturbation")
-    axes[0].legend(fontsize=8, loc="best")
+    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if report.pairs:
         pairs = {(p.other, p.task): p for p in report.pairs}
         others = list(dict.fromkeys(p.other for p in report.pairs))
@@ -85,7 +88,7 @@ def plot_deltas(report: Report, path: Path) -> Path:
         _points(axes[1], tasks, series)
         axes[1].set_xlabel(f"change vs {report.pairs[0].base} (points)")
         axes[1].set_title("Effect of debiasing")
-        axes[1].legend(fontsize=8, loc="best")
+        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(f"Per-task deltas with {int(100 * report.settings.confidence)}% BCa CIs")
     fig.savefig(path)
     return path

@@ -31,7 +31,7 @@ import io
 import json
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -172,7 +172,7 @@ class GroupSummary:
 @dataclass(frozen=True, eq=False)
 class Report:
     settings: ReportSettings
-    runs: list[dict[str, str]]
+    runs: list[dict[str, Any]]
     tasks: list[TaskSummary]
     pairs: list[PairSummary]
     across_runs: list[GroupSummary]
@@ -423,7 +423,16 @@ def build_report(runs: Sequence[Run], settings: ReportSettings = ReportSettings(
     n, seed = settings.n_resamples, settings.seed
     return Report(
         settings=settings,
-        runs=[{"label": r.label, "model": r.model, "results": str(r.results_file)} for r in runs],
+        runs=[
+            {
+                "label": r.label,
+                "model": r.model,
+                "results": str(r.results_file),
+                "prompt_style": prompt_style(r.results),
+                "replay": bool(r.results.get("lm_eval_robust_replay")),
+            }
+            for r in runs
+        ],
         tasks=tasks,
         pairs=pairs,
         across_runs=_groups(tasks, lambda r: r.run, RUN_METRICS, seed, n),
@@ -477,6 +486,14 @@ def _across_table(groups: Sequence[GroupSummary]) -> str:
     return _table(header, rows)
 
 
+def prompt_style(results: Mapping[str, Any]) -> str:
+    """``chat`` when the harness applied a chat template (or a system instruction), else
+    ``plain``."""
+    if results.get("chat_template") or results.get("system_instruction"):
+        return "chat"
+    return "plain"
+
+
 def to_markdown(report: Report) -> str:
     s = report.settings
     pct = round(100 * s.confidence)
@@ -484,7 +501,11 @@ def to_markdown(report: Report) -> str:
         "# Robustness report",
         "",
         "Runs: "
-        + "; ".join(f"**{r['label']}** ({r['model']}, `{r['results']}`)" for r in report.runs),
+        + "; ".join(
+            f"**{r['label']}** ({r['model']}, {r.get('prompt_style', 'plain')} prompts"
+            f"{', replayed on the base run' if r.get('replay') else ''}, `{r['results']}`)"
+            for r in report.runs
+        ),
         "",
         f"All values in percent. [{pct}% CI]: BCa, {s.n_resamples} resamples of source examples "
         f"(an example's variants move together; paired runs share resamples), seed {s.seed}. "
@@ -507,6 +528,8 @@ def to_markdown(report: Report) -> str:
             + [_cell(m[x]) for x in ("p_c", "p_h", "P_c", "P_h")]
         )
     out += [_table(header, rows), ""]
+    if len({p.other for p in report.pairs}) > 1:
+        out += _side_by_side(report)
     if report.pairs:
         by_key = {(t.run, t.task): t for t in report.tasks}
         out += ["## Debiasing: each run vs the first (paired by example)", ""]
@@ -566,6 +589,35 @@ def to_markdown(report: Report) -> str:
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(out)
+
+
+def _side_by_side(report: Report) -> list[str]:
+    """Every run of each task in consecutive rows, in the order the runs were given: its own
+    BAC (clean, perturbed, drop, majority shares) and its paired deltas against the first run."""
+    order = {r["label"]: i for i, r in enumerate(report.runs)}
+    pairs = {(p.other, p.task): p for p in report.pairs}
+    base = report.runs[0]["label"]
+    header = ["task", "method", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]
+    header += [f"δ_clean vs {base}", f"δ_pert vs {base}", "p_recover"]
+    rows = []
+    for t in sorted(report.tasks, key=lambda t: (t.task, order.get(t.run, len(order)))):
+        p = pairs.get((t.run, t.task))
+        rows.append(
+            [t.task, t.run]
+            + [_cell(t.metrics[x]) for x in ("bac_clean", "bac_pert", "delta_drop")]
+            + [f"{_num(t.maj_share_clean)}/{_num(t.maj_share_pert)}"]
+            + (
+                [_cell(p.metrics[x]) for x in ("delta_clean", "delta_pert", "p_recover")]
+                if p
+                else ["–", "–", "–"]
+            )
+        )
+    return [
+        "## Methods side by side (each paired with the first run by example)",
+        "",
+        _table(header, rows),
+        "",
+    ]
 
 
 def _grouped_notes(pairs: Sequence[tuple[str, str]], rows: int) -> list[str]:

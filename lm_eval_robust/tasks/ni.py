@@ -49,6 +49,12 @@ class TaskConfigError(UserError):
     """A task setting that cannot be used; the message names it and the fix."""
 
 
+#: ``auto``: whatever the run does (plain prompt, or the model's chat template under
+#: ``--apply_chat_template``); ``plain`` / ``chat``: the same, but ``debiased_hf`` refuses a run
+#: whose prompts are not in that style.
+PROMPT_STYLES: tuple[str, ...] = ("auto", "plain", "chat")
+
+
 @dataclass(frozen=True)
 class NIConfig:
     """Protocol settings (paper, Section 4): all overridable with ``--metadata key=value``."""
@@ -62,6 +68,7 @@ class NIConfig:
     text_rate: float = 0.05
     text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
     text_scope: str = "all"
+    prompt_style: str = "auto"
     data_dir: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -106,6 +113,11 @@ class NIConfig:
         scope = str(md.get("text_scope", cls.text_scope))
         if scope not in ("all", "query"):
             raise TaskConfigError(f"unknown text_scope {scope!r}; use one of all, query")
+        style = str(md.get("prompt_style", cls.prompt_style)).strip().lower()
+        if style not in PROMPT_STYLES:
+            raise TaskConfigError(
+                f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}"
+            )
         data_dir = md.get("data_dir")
         return cls(
             n_examples=as_int("n_examples", 3),
@@ -116,6 +128,7 @@ class NIConfig:
             text_rate=rate,
             text_kinds=tuple(kinds),
             text_scope=scope,
+            prompt_style=style,
             data_dir=str(data_dir) if data_dir not in (None, "") else None,
         )
 
@@ -363,6 +376,7 @@ def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[
             "task": spec.short,
             "kind": kind,
             "split": split,
+            "prompt_style": config.prompt_style,
             "example_id": ex.id,
             "gold": ex.gold,
         }
@@ -403,7 +417,10 @@ def _doc(
         "format_id": format_id,
         "prompt": join(segments),
         "labels": list(labels),
-        "choices": [" " + s for s in scored_labels(spec, labels)],
+        # bare: the YAML's target_delimiter " " puts the label after the answer cue in a plain
+        # prompt; under --apply_chat_template the harness drops the delimiter and the label is
+        # the first token of the assistant's answer
+        "choices": list(scored_labels(spec, labels)),
     }
 
 
@@ -462,7 +479,7 @@ CONTENT_FREE = ("N/A", "", "[MASK]")
 
 
 def content_free_prompts(task: str, config: NIConfig) -> tuple[list[str], list[str]]:
-    """Clean-format prompts whose query fields all read a content-free text, and the choices.
+    """Clean-format prompts whose query fields all read a content-free text, and the bare choices.
 
     The Definition and demonstrations are the task's own; every field and option of the query is
     replaced by one of :data:`CONTENT_FREE`.
@@ -478,5 +495,5 @@ def content_free_prompts(task: str, config: NIConfig) -> tuple[list[str], list[s
         }
         segs, labels = build_prompt(data, spec.clean_format, Example("cf", values, 0))
         prompts.append(join(segs))
-        choices = [" " + s for s in scored_labels(spec, labels)]
+        choices = list(scored_labels(spec, labels))
     return prompts, choices

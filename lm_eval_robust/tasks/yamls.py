@@ -19,7 +19,7 @@ test_split: test
 doc_to_text: prompt
 doc_to_target: gold
 doc_to_choice: choices
-target_delimiter: ""
+target_delimiter: " "
 process_results: !function lm_eval_robust.tasks.ni.process_results
 metric_list:
 {metrics}metadata:
@@ -31,6 +31,7 @@ metric_list:
   format_pool: 200
   text_rate: 0.05
   text_scope: all
+  prompt_style: auto
 """
 
 _METRIC = """  - metric: {name}
@@ -84,6 +85,9 @@ def render_yamls() -> dict[str, str]:
                     kind=kind,
                     split=split,
                 )
+    from lm_eval_robust.generation.yamls import render_gen_yamls
+
+    files.update(render_gen_yamls(HEADER))
     return files
 
 

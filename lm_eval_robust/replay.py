@@ -1,0 +1,217 @@
+"""Replay label-logit corrections on a logged run, without running the model again.
+
+A run made with ``--log_samples`` and ``collect_features=DIR`` holds, for every prompt of our
+tasks, the label log-likelihoods the harness saw and the LM head's input ``x`` at the label
+position. A correction changes only the label logits, by ``b(x) = ψ(x)W + β``, so the corrected
+log-likelihoods follow exactly:
+
+``ll*_j = ll_j − b_j − log(1 − Σ_k p_k + Σ_k p_k e^{−b_k})``, with ``p_k = e^{ll_k}``
+
+(the last term renormalises the softmax over the vocabulary). Every metric reads differences of
+log-likelihoods between labels, which are exact; the absolute values are exact too when each label
+is one token (with a shared leading piece, as Gemma's ``" 1"`` = ``▁`` + ``1``, the shared term is
+left as it was). ``lm-eval-robust replay`` writes a run folder the report reads like any other,
+marked as a replay in its results file; a test checks it against a real ``debiased_hf`` run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lm_eval_robust.errors import UserError
+
+
+class ReplayError(UserError):
+    """Inputs that cannot be replayed; the message names the file and the fix."""
+
+
+def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``ll [d]`` of the labels after subtracting ``b [d]`` from their logits."""
+    ll = np.asarray(ll, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    p = np.exp(ll)
+    rest = max(0.0, 1.0 - float(p.sum()))
+    return ll - b - math.log(rest + float((p * np.exp(-b)).sum()))
+
+
+def _aggregators(task_results: Mapping[str, Any]) -> dict[str, Any]:
+    from lm_eval_robust.metrics import certify, classification
+
+    out: dict[str, Any] = {}
+    for key in task_results:
+        name = key.split(",")[0]
+        for module in (classification, certify):
+            fn = getattr(module, name, None)
+            if callable(fn):
+                out[key] = fn
+    return out
+
+
+def _samples_file(folder: Path, task: str, stamp: str) -> Path:
+    f = folder / f"samples_{task}_{stamp}.jsonl"
+    if f.is_file():
+        return f
+    if f.with_name(f.name + ".gz").is_file():
+        return f.with_name(f.name + ".gz")
+    raise ReplayError(f"{folder}: no samples file for {task}; the base run needs --log_samples")
+
+
+def _bias_table(task: str, features_dir: Path, correction: Any) -> dict[tuple[str, int], Any]:
+    """``(example_id, pert_id) -> b`` for every prompt with collected features."""
+    import torch
+
+    from lm_eval_robust.correction import apply_correction
+    from lm_eval_robust.fit.features import load_features
+
+    fdir = features_dir / task
+    if not fdir.is_dir():
+        raise ReplayError(
+            f"no features for {task} in {features_dir}; rerun the base run with "
+            "--model_args collect_features=DIR on the same tasks"
+        )
+    feats = load_features(fdir)
+    ids = [int(t) for t in feats.label_token_ids[0]]
+    if not correction.stats.get("labels_are_positions") and ids != correction.label_token_ids:
+        raise ReplayError(
+            f"correction for {task} scores label tokens {correction.label_token_ids} but the "
+            f"features score {ids}; fit it for this task and model"
+        )
+    style = correction.stats.get("prompt_style")
+    if style is not None and style != feats.prompt_style:
+        raise ReplayError(
+            f"correction for {task} was fitted on {style}-style prompts but the run is "
+            f"{feats.prompt_style}-style; refit it on {feats.prompt_style} prompts"
+        )
+    with torch.no_grad():
+        lg = torch.from_numpy(feats.label_logits)
+        fixed = apply_correction(correction, torch.from_numpy(feats.x), lg)
+        b = (lg - fixed).double().numpy()
+    keys = zip(feats.example_id, feats.pert_id, strict=True)
+    return {(str(e), int(p)): b[i] for i, (e, p) in enumerate(keys)}
+
+
+def replay(
+    base_run: str | Path,
+    features: str | Path,
+    correction: str | Path,
+    out: str | Path,
+) -> Path:
+    """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied."""
+    from lm_eval_robust.correction import correction_key, load_corrections
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.report.pairing import _find_results
+    from lm_eval_robust.tasks.ni import process_results
+
+    try:
+        results_file = _find_results(Path(base_run))
+    except UserError as exc:
+        raise ReplayError(str(exc)) from None
+    results = json.loads(results_file.read_text(encoding="utf-8"))
+    stamp = results_file.stem[len("results_") :]
+    tasks = sorted((results.get("results") or {}).keys())
+    features_dir = Path(features)
+    fp = None
+    for task in tasks:
+        if (features_dir / task).is_dir():
+            fp = load_features(features_dir / task).fingerprint
+            break
+    if fp is None:
+        raise ReplayError(
+            f"no features in {features_dir} for any task of {results_file.name}; collect them "
+            "with --model_args collect_features=DIR in the base run"
+        )
+    first = fp
+
+    def fingerprint_of(task: str) -> dict[str, Any]:
+        """The features' own fingerprint per task (per-task LoRA adapters differ by task)."""
+        d = features_dir / task
+        return load_features(d).fingerprint if d.is_dir() else first
+
+    corrections = load_corrections(str(correction), fingerprint_of)
+    target = Path(out) / results_file.parent.name
+    target.mkdir(parents=True, exist_ok=True)
+    new_results = json.loads(json.dumps(results))
+    replayed: list[str] = []
+    for task in tasks:
+        key = correction_key(task)
+        if key not in corrections:
+            continue
+        table = _bias_table(task, features_dir, corrections[key])
+        src = _samples_file(results_file.parent, task, stamp)
+        opener = gzip.open if src.suffix == ".gz" else open
+        items: list[dict[str, Any]] = []
+        lines: list[str] = []
+        with opener(src, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                sample = json.loads(line)
+                doc = sample["doc"]
+                k = (str(doc["example_id"]), int(doc["pert_id"]))
+                if k not in table:
+                    raise ReplayError(
+                        f"{src.name}:{n}: no features for example {k[0]} perturbation {k[1]}; "
+                        "the features come from another run or settings"
+                    )
+                ll = np.array([float(r[0][0]) for r in sample["resps"]])
+                fixed = corrected_loglikelihoods(ll, table[k])
+                # logged as the harness logs them: strings; the greedy flag is kept as logged
+                resps = [
+                    [[repr(float(v)), str(r[0][1])]]
+                    for v, r in zip(fixed, sample["resps"], strict=True)
+                ]
+                sample["resps"] = resps
+                sample["filtered_resps"] = [r[0] for r in resps]
+                values = process_results(doc, [(float(v), False) for v in fixed])
+                sample.update(values)
+                items.append(next(iter(values.values())))
+                lines.append(json.dumps(sample, ensure_ascii=False))
+        dst = target / f"samples_{task}_{stamp}.jsonl"
+        _atomic_write(dst, "\n".join(lines) + "\n")
+        for metric, fn in _aggregators(new_results["results"][task]).items():
+            new_results["results"][task][metric] = float(fn(items))
+        replayed.append(task)
+    if not replayed:
+        raise ReplayError(
+            f"none of the corrections in {correction} ({sorted(corrections)}) is for a task of "
+            f"{results_file.name} ({', '.join(tasks)})"
+        )
+    cfg = new_results.setdefault("config", {})
+    args = cfg.get("model_args")
+    if isinstance(args, str):
+        cfg["model_args"] = (
+            f"{args},correction={correction}" if args else f"correction={correction}"
+        )
+    elif isinstance(args, dict):
+        args["correction"] = str(correction)
+    new_results["lm_eval_robust_replay"] = {
+        "base_run": str(results_file),
+        "features": str(features_dir),
+        "correction": str(correction),
+        "tasks": replayed,
+    }
+    new_results["results"] = {t: new_results["results"][t] for t in replayed}
+    new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}
+    out_file = target / results_file.name
+    _atomic_write(out_file, json.dumps(new_results, indent=2, ensure_ascii=False, default=str))
+    return out_file
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

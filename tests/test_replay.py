@@ -1,0 +1,103 @@
+"""``lm-eval-robust replay``: a correction replayed on a logged run equals running the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
+
+TASK = "ni1284_format_pert"
+MD = json.dumps({"n_examples": 12, "n_perturbations": 2})
+
+
+def _run(tmp: Path, model_dir: Path, out: str, **extra: str) -> Path:
+    from lm_eval_robust.cli import main
+
+    args = ",".join([f"pretrained={model_dir}", *(f"{k}={v}" for k, v in extra.items())])
+    rc = main(
+        [
+            "run",
+            "--model",
+            "debiased_hf",
+            "--model_args",
+            args,
+            "--tasks",
+            TASK,
+            "--metadata",
+            MD,
+            "--batch_size",
+            "4",
+            "--output_path",
+            str(tmp / out),
+            "--log_samples",
+        ]
+    )
+    assert rc == 0
+    return tmp / out
+
+
+def _samples(run: Path) -> dict[tuple[str, int], dict]:
+    files = list(run.glob(f"*/samples_{TASK}_*.jsonl"))
+    assert len(files) == 1
+    out = {}
+    for line in files[0].read_text(encoding="utf-8").splitlines():
+        s = json.loads(line)
+        out[(s["doc"]["example_id"], s["doc"]["pert_id"])] = s
+    return out
+
+
+def test_corrected_loglikelihoods_by_hand() -> None:
+    logits = np.array([2.0, 0.5, -1.0, 0.3, -3.0])  # labels are tokens 0 and 1
+    b = np.array([0.7, -0.4])
+    ll = logits - np.log(np.exp(logits).sum())
+    fixed = logits.copy()
+    fixed[:2] -= b
+    want = (fixed - np.log(np.exp(fixed).sum()))[:2]
+    np.testing.assert_allclose(corrected_loglikelihoods(ll[:2], b), want, rtol=0, atol=1e-12)
+
+
+def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path, tmp_path: Path):
+    from lm_eval_robust.correction import save
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.report.pairing import load_run
+
+    base = _run(tmp_path, tiny_model_dir, "base", collect_features=str(tmp_path / "feats"))
+    feats = load_features(tmp_path / "feats" / TASK)
+    # an input-dependent correction (ridge, fixed lambda) fitted on these features: the test is
+    # about replay equalling the model, not about the fit
+    corr = fit_features(feats, FitSettings(method="ridge", lam=1e-2))
+    assert corr.W is not None and np.abs(corr.W).max() > 0
+    save(corr, tmp_path / "corr" / f"{TASK}.safetensors")
+    real = _run(tmp_path, tiny_model_dir, "real", correction=str(tmp_path / "corr"))
+    replay(base, tmp_path / "feats", tmp_path / "corr", tmp_path / "replayed")
+    got, want = _samples(tmp_path / "replayed"), _samples(real)
+    assert got.keys() == want.keys() == _samples(base).keys() and len(got) >= 6
+    changed = 0
+    for k, s in want.items():
+        ll_real = [float(r[0][0]) for r in s["resps"]]
+        ll_rep = [float(r[0][0]) for r in got[k]["resps"]]
+        np.testing.assert_allclose(ll_rep, ll_real, atol=2e-4)
+        assert got[k]["bac_clean"]["pred"] == s["bac_clean"]["pred"]
+        base_ll = [float(r[0][0]) for r in _samples(base)[k]["resps"]]
+        changed += not np.allclose(base_ll, ll_real, atol=1e-3)
+    assert changed > 0  # the correction did something
+    run = load_run(tmp_path / "replayed")
+    assert TASK in run.tasks
+    results = json.loads(run.results_file.read_text())
+    assert results["lm_eval_robust_replay"]["tasks"] == [TASK]
+    real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
+    for key in ("bac_clean,none", "bac_pert,none", "auc_pert,none"):
+        assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9)
+
+
+def test_replay_without_features_names_the_fix(tmp_path: Path) -> None:
+    run = tmp_path / "run" / "m"
+    run.mkdir(parents=True)
+    (run / "results_2026.json").write_text(json.dumps({"results": {TASK: {}}, "configs": {}}))
+    with pytest.raises(ReplayError, match="collect_features"):
+        replay(tmp_path / "run", tmp_path / "nofeats", tmp_path / "corr", tmp_path / "out")
