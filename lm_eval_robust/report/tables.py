@@ -503,7 +503,7 @@ def to_markdown(report: Report) -> str:
         "Runs: "
         + "; ".join(
             f"**{r['label']}** ({r['model']}, {r.get('prompt_style', 'plain')} prompts"
-            f"{', replayed on the base run' if r.get('replay') else ''}, `{r['results']}`)"
+            f"{', replayed from a logged run' if r.get('replay') else ''}, `{r['results']}`)"
             for r in report.runs
         ),
         "",
