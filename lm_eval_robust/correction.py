@@ -277,10 +277,11 @@ def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
     return write_atomic(data, Path(path))
 
 
-def write_atomic(data: bytes, target: Path) -> Path:
+def write_atomic(data: bytes, target: Path, what: str = "correction") -> Path:
     """Write ``data`` to ``target`` atomically (temporary file, fsync, ``os.replace``).
 
-    On any failure the temporary file is removed and an existing target is left untouched.
+    On any failure the temporary file is removed and an existing target is left untouched; a
+    folder that cannot be written is a one-line error naming ``what`` was being written.
     """
     directory = target.parent if str(target.parent) else Path(".")
     try:
@@ -289,7 +290,7 @@ def write_atomic(data: bytes, target: Path) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise CorrectionError(
-            f"cannot write correction to {target} ({exc.strerror or exc}); choose a writable "
+            f"cannot write {what} to {target} ({exc.strerror or exc}); choose a writable "
             "path with -o"
         ) from None
     try:

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import random
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -455,26 +454,9 @@ def save_adapter(adapter: LoraAdapter, path: str | os.PathLike[str]) -> Path:
     }
     tensors = {"lora_A": adapter.A.contiguous(), "lora_B": adapter.B.contiguous()}
     data = st_save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True)})
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise LoraError(
-            f"cannot write the adapter to {target} ({exc.strerror or exc}); choose -o"
-        ) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return target
+    from lm_eval_robust.correction import write_atomic
+
+    return write_atomic(data, Path(path), what="the adapter")
 
 
 def load_adapter(path: str | os.PathLike[str]) -> LoraAdapter:

@@ -19,8 +19,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,7 +104,7 @@ def replay(
     out: str | Path,
 ) -> Path:
     """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied."""
-    from lm_eval_robust.correction import correction_key, load_corrections
+    from lm_eval_robust.correction import correction_key, load_corrections, write_atomic
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.report.pairing import _find_results
     from lm_eval_robust.tasks.ni import process_results
@@ -176,7 +174,7 @@ def replay(
                 items.append(next(iter(values.values())))
                 lines.append(json.dumps(sample, ensure_ascii=False))
         dst = target / f"samples_{task}_{stamp}.jsonl"
-        _atomic_write(dst, "\n".join(lines) + "\n")
+        write_atomic(("\n".join(lines) + "\n").encode("utf-8"), dst, what="replayed samples")
         for metric, fn in _aggregators(new_results["results"][task]).items():
             new_results["results"][task][metric] = float(fn(items))
         replayed.append(task)
@@ -202,16 +200,6 @@ def replay(
     new_results["results"] = {t: new_results["results"][t] for t in replayed}
     new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}
     out_file = target / results_file.name
-    _atomic_write(out_file, json.dumps(new_results, indent=2, ensure_ascii=False, default=str))
+    text = json.dumps(new_results, indent=2, ensure_ascii=False, default=str)
+    write_atomic(text.encode("utf-8"), out_file, what="replayed results")
     return out_file
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
