@@ -26,7 +26,6 @@ protected.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,7 +36,8 @@ from lm_eval_robust.generation.data import Record, load_records
 from lm_eval_robust.generation.metrics import SCORES, metric_names, score_generation
 from lm_eval_robust.perturb.rng import seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
-from lm_eval_robust.perturb.text import TEXT_PERTURBATIONS, TextPerturbConfig, perturb_segments
+from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
+from lm_eval_robust.tasks.settings import metadata_int, text_settings
 
 __all__ = [
     "GEN_TASKS",
@@ -152,39 +152,11 @@ class GenConfig:
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> GenConfig:
         def as_int(key: str, minimum: int, default: int | None) -> int | None:
-            raw = md.get(key, default)
-            if raw is None:
-                return None
-            try:
-                if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                    raise ValueError
-                value = int(str(raw).strip()) if isinstance(raw, str) else int(raw)
-            except (TypeError, ValueError):
-                value = minimum - 1
-            if value < minimum:
-                raise GenConfigError(
-                    f"{key} must be an integer >= {minimum}, got {raw!r}; e.g. --metadata "
-                    f"'{{\"{key}\": {max(minimum, 10)}}}'"
-                )
-            return value
+            return metadata_int(md, key, default, minimum, GenConfigError)
 
-        kinds = md.get("text_kinds", cls.text_kinds)
-        if isinstance(kinds, str):
-            kinds = tuple(k.strip() for k in kinds.replace("+", ",").split(",") if k.strip())
-        unknown = [k for k in kinds if k not in TEXT_PERTURBATIONS]
-        if unknown or not kinds:
-            raise GenConfigError(
-                f"unknown text perturbation kind(s) {unknown}; known: {sorted(TEXT_PERTURBATIONS)}"
-            )
-        try:
-            rate = float(md.get("text_rate", cls.text_rate))
-        except (TypeError, ValueError):
-            rate = math.nan
-        if not 0 < rate <= 1:
-            raise GenConfigError(f"text_rate must be a number in (0, 1], got {rate!r}")
-        scope = str(md.get("text_scope", cls.text_scope))
-        if scope not in ("all", "query"):
-            raise GenConfigError(f"unknown text_scope {scope!r}; use one of all, query")
+        kinds, rate, scope = text_settings(
+            md, cls.text_kinds, cls.text_rate, cls.text_scope, GenConfigError
+        )
         data_dir = md.get("data_dir")
         cfg = cls(
             n_examples=as_int("n_examples", 2, cls.n_examples) or 0,
@@ -194,7 +166,7 @@ class GenConfig:
             n_shots=as_int("n_shots", 0, None),
             seed=as_int("seed", 0, cls.seed) or 0,
             text_rate=rate,
-            text_kinds=tuple(kinds),
+            text_kinds=kinds,
             text_scope=scope,
             max_doc_words=as_int("max_doc_words", 0, 0) or 0,
             data_dir=str(data_dir) if data_dir not in (None, "") else None,

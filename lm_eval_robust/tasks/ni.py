@@ -34,8 +34,9 @@ from lm_eval_robust.perturb.format import (
 )
 from lm_eval_robust.perturb.rng import derive_seed, seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
-from lm_eval_robust.perturb.text import TEXT_PERTURBATIONS, TextPerturbConfig, perturb_segments
+from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
 from lm_eval_robust.tasks.data import load_ni_task
+from lm_eval_robust.tasks.settings import metadata_int, text_settings
 from lm_eval_robust.tasks.specs import TaskSpec, Values, get_spec
 
 log = logging.getLogger(__name__)
@@ -75,44 +76,11 @@ class NIConfig:
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> NIConfig:
         def as_int(key: str, minimum: int) -> int:
-            raw = md.get(key, getattr(cls, key))
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise TaskConfigError(
-                    f"{key} must be an integer >= {minimum}, got {raw!r}; e.g. --metadata "
-                    f"{key}={max(minimum, 10)}"
-                )
-            try:
-                value = int(str(raw).strip()) if isinstance(raw, str) else int(raw)
-            except (TypeError, ValueError):
-                raise TaskConfigError(
-                    f"{key} must be an integer >= {minimum}, got {raw!r}; e.g. --metadata "
-                    f"{key}={max(minimum, 10)}"
-                ) from None
-            if value < minimum:
-                raise TaskConfigError(
-                    f"{key} must be an integer >= {minimum}, got {value}; e.g. --metadata "
-                    f"{key}={max(minimum, 10)}"
-                )
-            return value
+            return metadata_int(md, key, getattr(cls, key), minimum, TaskConfigError) or 0
 
-        kinds = md.get("text_kinds", cls.text_kinds)
-        if isinstance(kinds, str):
-            kinds = tuple(k.strip() for k in kinds.replace("+", ",").split(",") if k.strip())
-        unknown = [k for k in kinds if k not in TEXT_PERTURBATIONS]
-        if unknown:
-            raise TaskConfigError(
-                f"unknown text perturbation kind(s) {unknown}; known: {sorted(TEXT_PERTURBATIONS)}"
-            )
-        raw_rate = md.get("text_rate", cls.text_rate)
-        try:
-            rate = float(raw_rate)
-        except (TypeError, ValueError):
-            rate = math.nan
-        if not 0 < rate <= 1:  # NaN fails too
-            raise TaskConfigError(f"text_rate must be a number in (0, 1], got {raw_rate!r}")
-        scope = str(md.get("text_scope", cls.text_scope))
-        if scope not in ("all", "query"):
-            raise TaskConfigError(f"unknown text_scope {scope!r}; use one of all, query")
+        kinds, rate, scope = text_settings(
+            md, cls.text_kinds, cls.text_rate, cls.text_scope, TaskConfigError
+        )
         style = str(md.get("prompt_style", cls.prompt_style)).strip().lower()
         if style not in PROMPT_STYLES:
             raise TaskConfigError(
@@ -126,7 +94,7 @@ class NIConfig:
             seed=as_int("seed", 0),
             format_pool=as_int("format_pool", 3),
             text_rate=rate,
-            text_kinds=tuple(kinds),
+            text_kinds=kinds,
             text_scope=scope,
             prompt_style=style,
             data_dir=str(data_dir) if data_dir not in (None, "") else None,
