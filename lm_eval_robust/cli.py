@@ -6,6 +6,7 @@ lm-eval-robust fit --task ni065_format_pert --pretrained gemma-3-270m -o corr.sa
 lm-eval-robust report RUN_BASE RUN_DEBIASED --labels base,debiased -o report/
 lm-eval-robust lora --task ni065_format_pert --pretrained gemma-3-270m -o adapters/
 lm-eval-robust replay RUN_BASE --features FEATS --correction corrections/ -o RUN_REPLAYED
+lm-eval-robust plan RUN_PILOT [RUN_DEBIASED] --effect 1    (examples needed for a 1-point effect)
 """
 
 from __future__ import annotations
@@ -369,6 +370,12 @@ def _cmd_replay(argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_plan(argv: Sequence[str]) -> int:
+    from lm_eval_robust.report.plan_cli import main as plan_main
+
+    return plan_main(argv)
+
+
 def _cmd_report(argv: Sequence[str]) -> int:
     from lm_eval_robust.report.cli import main as report_main
 
@@ -386,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "select": _cmd_select,
         "lora": _cmd_lora,
         "replay": _cmd_replay,
+        "plan": _cmd_plan,
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print(__doc__.strip())

@@ -1,0 +1,231 @@
+"""Sample-size planning from a pilot run: how many source examples (and perturbations each) a
+task needs before an effect of a given size is significant.
+
+The report's CIs resample source examples as clusters, so the width of an interval is set by two
+sources of variance: between examples (which examples were drawn) and within an example (which of
+its perturbations were drawn). A pilot run estimates both. For each candidate number of
+perturbations ``K`` this module runs a **two-stage bootstrap** of the pilot:
+
+1. draw the examples with replacement (cluster weights, as the report does);
+2. for every drawn example, draw ``K`` of its perturbed variants with replacement: the count of
+   correct variants is binomial with the example's observed success rate, or, for a paired
+   comparison (base vs debiased on the same variants), multinomial over the four joint outcomes
+   (both right, base only, other only, neither), which keeps the pairing.
+
+The standard deviation of the statistic over these resamples is its standard error ``SE(E0, K)``
+at the pilot's ``E0`` examples. Clusters are independent, so ``SE(E, K) = SE(E0, K)·√(E0/E)``,
+and an effect ``Δ`` is detected by a two-sided test at level ``α`` with power ``1-β`` once
+``(z_{1-α/2} + z_{1-β})·SE(E, K) ≤ Δ``:
+
+    E(K) = ⌈E0 · ((z_{1-α/2} + z_{1-β}) · SE(E0, K) / Δ)²⌉.
+
+The plug-in rates make within-example variance zero for an example whose pilot variants all
+agree, and larger ``K`` cannot reduce the between-example part: that is why ``E(K)`` levels off
+as ``K`` grows, and the table shows where adding perturbations stops paying.
+
+Statistics: ``delta_drop`` (perturbed minus clean BAC of one run) and, for a pair of runs,
+``delta_pert`` (perturbed BAC of the other run minus the base run's), both in points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtri
+
+from lm_eval_robust.metrics.bootstrap import bac_from_counts
+from lm_eval_robust.metrics.certify import MarginTable
+
+__all__ = [
+    "PlanRow",
+    "PlanSettings",
+    "examples_needed",
+    "plan_drop",
+    "plan_pair",
+    "to_markdown",
+]
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    effect: float = 1.0  # points of BAC
+    alpha: float = 0.05
+    power: float = 0.8
+    ks: tuple[int, ...] = (20, 50, 100, 200)
+    n_resamples: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.effect > 0:
+            raise ValueError(f"effect must be positive (points of BAC); got {self.effect}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1); got {self.alpha}")
+        if not 0 < self.power < 1:
+            raise ValueError(f"power must be in (0, 1); got {self.power}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"perturbation counts must be positive integers; got {self.ks}")
+        if self.n_resamples < 100:
+            raise ValueError(f"resamples must be at least 100; got {self.n_resamples}")
+
+    @property
+    def z(self) -> float:
+        return float(ndtri(1.0 - self.alpha / 2.0) + ndtri(self.power))
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    task: str
+    statistic: str
+    estimate: float  # points, on the pilot
+    n_examples: int  # pilot examples E0
+    k_pilot: float  # mean perturbed variants per pilot example
+    se: dict[int, float]  # K -> SE at E0 examples (points)
+    needed: dict[int, int]  # K -> examples for the effect
+
+
+def examples_needed(se0: float, e0: int, effect: float, z: float) -> int:
+    """``⌈E0·(z·SE0/Δ)²⌉`` (at least 2); 0 when the pilot shows no variance at all."""
+    if not math.isfinite(se0):
+        raise ValueError("the pilot's standard error is not finite")
+    if se0 <= 0.0:
+        return 0
+    return max(2, math.ceil(e0 * (z * se0 / effect) ** 2))
+
+
+def _outcomes(table: MarginTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per example: one-hot gold ``[E, Q]``, clean correct ``[E]``; per variant correct ``[R]``."""
+    e, q = table.n_examples, table.n_classes
+    onehot = np.zeros((e, q))
+    onehot[np.arange(e), np.clip(table.gold, 0, q - 1)] = 1.0
+    clean_ok = (table.has_clean & (table.clean_pred == table.gold)).astype(float)
+    var_ok = (table.var_pred == table.var_gold).astype(float)
+    return onehot, clean_ok, var_ok
+
+
+def _check(table: MarginTable, task: str) -> None:
+    if table.n_examples < 2:
+        raise ValueError(f"{task}: the pilot needs at least 2 examples to estimate variance")
+    if not table.has_clean.all():
+        raise ValueError(f"{task}: some examples have no clean doc; plan needs clean prompts")
+    if np.any(table.variant_counts() == 0):
+        raise ValueError(f"{task}: some examples have no perturbed variants")
+
+
+def _cluster_weights(rng: np.random.Generator, b: int, e: int) -> np.ndarray:
+    return rng.multinomial(e, np.full(e, 1.0 / e), size=b).astype(float)
+
+
+def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
+    """Examples needed to detect a perturbation drop ``delta_drop`` of ``settings.effect``."""
+    _check(table, task)
+    onehot, clean_ok, var_ok = _outcomes(table)
+    e = table.n_examples
+    counts = table.variant_counts().astype(float)
+    rate = np.bincount(table.var_example, weights=var_ok, minlength=e) / counts
+    n_cls = onehot.sum(0)
+    estimate = 100.0 * float(
+        bac_from_counts(onehot.T @ rate, n_cls) - bac_from_counts(onehot.T @ clean_ok, n_cls)
+    )
+    rng = np.random.default_rng(settings.seed)
+    w = _cluster_weights(rng, settings.n_resamples, e)  # [B, E], the same for every K
+    se: dict[int, float] = {}
+    for k in settings.ks:
+        hits = rng.binomial(k, np.broadcast_to(rate, w.shape)).astype(float)  # [B, E]
+        pert = bac_from_counts((w * hits) @ onehot, (w * k) @ onehot)
+        clean = bac_from_counts((w * clean_ok) @ onehot, w @ onehot)
+        se[k] = 100.0 * float(np.std(pert - clean, ddof=1))
+    return PlanRow(
+        task=task,
+        statistic="delta_drop",
+        estimate=estimate,
+        n_examples=e,
+        k_pilot=float(counts.mean()),
+        se=se,
+        needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
+    )
+
+
+def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
+    """Examples needed to detect a change of perturbed BAC (``delta_pert``) between two runs of
+    the same docs, resampling each variant's joint outcome so the pairing is kept."""
+    _check(base, task)
+    if not (
+        np.array_equal(base.example_ids, other.example_ids)
+        and np.array_equal(base.var_example, other.var_example)
+        and np.array_equal(base.var_pert_id, other.var_pert_id)
+    ):
+        raise ValueError(f"{task}: the two runs did not score the same variants; pair them first")
+    onehot, _, ok_a = _outcomes(base)
+    _, _, ok_b = _outcomes(other)
+    e = base.n_examples
+    counts = base.variant_counts().astype(float)
+    joint = np.stack(
+        [ok_a * ok_b, ok_a * (1 - ok_b), (1 - ok_a) * ok_b, (1 - ok_a) * (1 - ok_b)], axis=1
+    )
+    probs = (
+        np.stack(
+            [np.bincount(base.var_example, weights=joint[:, j], minlength=e) for j in range(4)],
+            axis=1,
+        )
+        / counts[:, None]
+    )
+    rate_a, rate_b = probs[:, 0] + probs[:, 1], probs[:, 0] + probs[:, 2]
+    n_cls = onehot.sum(0)
+    estimate = 100.0 * float(
+        bac_from_counts(onehot.T @ rate_b, n_cls) - bac_from_counts(onehot.T @ rate_a, n_cls)
+    )
+    rng = np.random.default_rng(settings.seed)
+    w = _cluster_weights(rng, settings.n_resamples, e)  # [B, E], the same for every K
+    se: dict[int, float] = {}
+    for k in settings.ks:
+        draws = rng.multinomial(k, probs, size=(settings.n_resamples, e)).astype(float)  # [B, E, 4]
+        hits_a = draws[..., 0] + draws[..., 1]
+        hits_b = draws[..., 0] + draws[..., 2]
+        total = (w * k) @ onehot
+        diff = bac_from_counts((w * hits_b) @ onehot, total) - bac_from_counts(
+            (w * hits_a) @ onehot, total
+        )
+        se[k] = 100.0 * float(np.std(diff, ddof=1))
+    return PlanRow(
+        task=task,
+        statistic="delta_pert",
+        estimate=estimate,
+        n_examples=e,
+        k_pilot=float(counts.mean()),
+        se=se,
+        needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
+    )
+
+
+def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = "") -> str:
+    ks = settings.ks
+    head = (
+        ["task", "statistic", "pilot value", "pilot E0 × K"]
+        + [f"SE at E0, K={k}" for k in ks]
+        + [f"examples needed, K={k}" for k in ks]
+    )
+    lines = [
+        f"# Sample sizes{(' for ' + label) if label else ''}",
+        "",
+        f"Examples (source examples in the evaluated split) needed to detect an effect of "
+        f"{settings.effect:g} point(s) of BAC with a two-sided test at α = {settings.alpha:g} "
+        f"and power {settings.power:g} (z = {settings.z:.3f}), from a two-stage bootstrap of the "
+        f"pilot ({settings.n_resamples} resamples): E(K) = ⌈E0·(z·SE(E0, K)/Δ)²⌉.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        cells = [
+            r.task,
+            r.statistic,
+            f"{r.estimate:+.1f}",
+            f"{r.n_examples} × {r.k_pilot:.0f}",
+            *(f"{r.se[k]:.2f}" for k in ks),
+            *(f"{r.needed[k]:,}" for k in ks),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

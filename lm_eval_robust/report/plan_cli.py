@@ -1,0 +1,82 @@
+"""``lm-eval-robust plan RUN [OTHER]``: sample sizes from a pilot run (see :mod:`.plan`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.report.pairing import label_runs, pair_runs
+from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
+
+__all__ = ["main"]
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(
+            f"--k takes comma-separated integers, e.g. 20,50,200; got {text!r}"
+        ) from None
+
+
+def main(argv: Sequence[str]) -> int:
+    p = OneLineArgumentParser(
+        prog="lm-eval-robust plan",
+        description=(
+            "How many source examples (at K perturbations each) a task needs before an effect of "
+            "--effect points is significant, from a pilot run. One run: its perturbation drop. "
+            "Two runs (base, other): the change of perturbed BAC, paired by doc."
+        ),
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="pilot run folder(s): base [other]")
+    p.add_argument("--effect", type=float, default=1.0, help="effect to detect, points of BAC")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided test level")
+    p.add_argument("--power", type=float, default=0.8, help="power of the test")
+    p.add_argument("--k", default="20,50,100,200", help="perturbations per example to plan for")
+    p.add_argument("--resamples", type=int, default=2000, help="two-stage bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
+    p.add_argument("-o", "--out", default=None, help="also write the Markdown table here")
+    args = p.parse_args(list(argv))
+    if len(args.runs) > 2:
+        raise UserError(f"plan takes one run or a pair (base, other); got {len(args.runs)} runs")
+    try:
+        settings = PlanSettings(
+            effect=args.effect,
+            alpha=args.alpha,
+            power=args.power,
+            ks=_ints(args.k),
+            n_resamples=args.resamples,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    runs = label_runs(args.runs, None)
+    keep = {t.strip() for t in args.tasks.split(",")} if args.tasks else None
+    rows: list[PlanRow] = []
+    try:
+        if len(runs) == 1:
+            for name in sorted(runs[0].tasks):
+                if keep is None or name in keep:
+                    table = MarginTable.from_items(runs[0].tasks[name].item_list())
+                    rows.append(plan_drop(table, name, settings))
+        else:
+            paired, _ = pair_runs(runs[0], runs[1])
+            for pt in paired:
+                if keep is None or pt.task in keep:
+                    a = MarginTable.from_items(pt.base.item_list())
+                    b = MarginTable.from_items(pt.other.item_list())
+                    rows.append(plan_pair(a, b, pt.task, settings))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not rows:
+        raise UserError(f"no task of the run(s) matches --tasks {args.tasks}")
+    label = " vs ".join(r.label for r in runs)
+    markdown = to_markdown(rows, settings, label)
+    print(markdown)
+    if args.out:
+        Path(args.out).write_text(markdown, encoding="utf-8")
+    return 0

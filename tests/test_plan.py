@@ -1,0 +1,154 @@
+"""Sample-size planning (lm_eval_robust.report.plan): the formula by hand, the two-stage
+bootstrap's standard error against the spread of many simulated studies, pairing, and the CLI."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lm_eval_robust.cli import main as cli_main
+from lm_eval_robust.metrics.bootstrap import bac_from_counts
+from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.report.plan import (
+    PlanSettings,
+    examples_needed,
+    plan_drop,
+    plan_pair,
+    to_markdown,
+)
+
+
+def _table(gold: np.ndarray, clean_ok: np.ndarray, var_ok: np.ndarray) -> MarginTable:
+    """Binary task: ``var_ok [E, K]`` says which perturbed variants are answered right."""
+
+    def ll(g: int, ok: bool) -> list[float]:
+        right = [0.0, 0.0]
+        right[g if ok else 1 - g] = 1.0
+        return right
+
+    items = []
+    for e, gg in enumerate(gold):
+        g, ex = int(gg), f"{e:04d}"
+        items.append({"example_id": ex, "pert_id": 0, "gold": g, "ll": ll(g, clean_ok[e])})
+        for k, ok in enumerate(var_ok[e]):
+            items.append({"example_id": ex, "pert_id": k + 1, "gold": g, "ll": ll(g, ok)})
+    return MarginTable.from_items(items)
+
+
+def _study(rng: np.random.Generator, e: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Examples with a clean accuracy of 0.8 and per-example perturbed rates from a Beta law."""
+    gold = np.arange(e) % 2
+    clean_ok = rng.random(e) < 0.8
+    rate = rng.beta(3.0, 1.5, size=e)
+    var_ok = rng.random((e, k)) < rate[:, None]
+    return gold, clean_ok, var_ok
+
+
+def _drop(gold: np.ndarray, clean_ok: np.ndarray, var_ok: np.ndarray) -> float:
+    onehot = np.eye(2)[gold]
+    k = var_ok.shape[1]
+    pert = bac_from_counts(onehot.T @ var_ok.sum(1), k * onehot.sum(0))
+    clean = bac_from_counts(onehot.T @ clean_ok, onehot.sum(0))
+    return 100.0 * float(pert - clean)
+
+
+def test_examples_needed_by_hand() -> None:
+    z = PlanSettings(effect=1.0, alpha=0.05, power=0.8).z
+    assert z == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+    # E0 = 14, SE = 5 points, effect 1: 14 * (2.8016 * 5)^2 = 2747.1 -> 2748
+    assert examples_needed(5.0, 14, 1.0, z) == math.ceil(14 * (z * 5.0) ** 2)
+    assert examples_needed(5.0, 14, 1.0, z) == 2748
+    assert examples_needed(5.0, 14, 10.0, z) == 28  # 100 x fewer for a 10 x larger effect
+    assert examples_needed(0.0, 14, 1.0, z) == 0
+    with pytest.raises(ValueError, match="not finite"):
+        examples_needed(float("nan"), 14, 1.0, z)
+
+
+def test_settings_refuse_bad_values() -> None:
+    for bad in ({"effect": 0.0}, {"alpha": 1.5}, {"power": 0.0}, {"ks": (0,)}, {"n_resamples": 5}):
+        with pytest.raises(ValueError):
+            PlanSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_standard_error_matches_the_spread_of_simulated_studies() -> None:
+    """The planner's SE from one pilot of E examples x K variants is close to the standard
+    deviation of delta_drop over many independent studies of the same size."""
+    rng = np.random.default_rng(7)
+    e, k = 120, 20
+    truth = np.std([_drop(*_study(rng, e, k)) for _ in range(600)], ddof=1)
+    pilot = _table(*_study(np.random.default_rng(11), e, k))
+    row = plan_drop(pilot, "sim", PlanSettings(ks=(k,), n_resamples=3000, seed=1))
+    assert row.n_examples == e and row.k_pilot == k
+    assert row.se[k] == pytest.approx(truth, rel=0.2)
+
+
+def test_more_perturbations_lower_the_error_but_not_below_the_between_example_part() -> None:
+    pilot = _table(*_study(np.random.default_rng(3), 60, 10))
+    row = plan_drop(pilot, "sim", PlanSettings(ks=(2, 10, 200, 2000), n_resamples=3000))
+    se = [row.se[k] for k in (2, 10, 200, 2000)]
+    assert se[0] > se[1] > se[2] >= se[3] - 0.05
+    assert se[3] > 0.5 * se[1]  # between-example variance stays
+    assert row.needed[2] > row.needed[2000]
+
+
+def test_no_variance_needs_no_examples() -> None:
+    gold = np.arange(10) % 2
+    table = _table(gold, np.ones(10, bool), np.ones((10, 5), bool))
+    row = plan_drop(table, "flat", PlanSettings(ks=(5,)))
+    assert row.estimate == 0.0 and row.se[5] == 0.0 and row.needed[5] == 0
+
+
+def test_pair_keeps_the_pairing() -> None:
+    rng = np.random.default_rng(5)
+    gold, clean_ok, var_ok = _study(rng, 40, 10)
+    base = _table(gold, clean_ok, var_ok)
+    same = plan_pair(base, base, "t", PlanSettings(ks=(10,)))
+    assert same.estimate == 0.0 and same.se[10] == 0.0 and same.needed[10] == 0
+    # the other run fixes one wrong variant in four: a positive, paired effect
+    fixed = var_ok | ((rng.random(var_ok.shape) < 0.25) & ~var_ok)
+    other = _table(gold, clean_ok, fixed)
+    row = plan_pair(base, other, "t", PlanSettings(ks=(10,)))
+    onehot = np.eye(2)[gold]
+    want = 100.0 * float(
+        bac_from_counts(onehot.T @ fixed.sum(1), 10 * onehot.sum(0))
+        - bac_from_counts(onehot.T @ var_ok.sum(1), 10 * onehot.sum(0))
+    )
+    assert row.estimate == pytest.approx(want)
+    # paired: far tighter than the drop of either run alone
+    assert 0 < row.se[10] < plan_drop(base, "t", PlanSettings(ks=(10,))).se[10]
+    shorter = _table(gold[:-1], clean_ok[:-1], var_ok[:-1])
+    with pytest.raises(ValueError, match="same variants"):
+        plan_pair(base, shorter, "t", PlanSettings(ks=(10,)))
+
+
+def test_markdown_names_the_rule() -> None:
+    table = _table(*_study(np.random.default_rng(1), 20, 5))
+    settings = PlanSettings(ks=(5, 50))
+    text = to_markdown([plan_drop(table, "sim", settings)], settings, "pilot")
+    assert "examples needed, K=50" in text and "| sim | delta_drop |" in text
+    assert "power 0.8" in text
+
+
+def test_cli_refuses_bad_arguments(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert cli_main(["plan", str(tmp_path), "--k", "20,x"]) == 2
+    assert "--k takes comma-separated integers" in capsys.readouterr().err
+    assert cli_main(["plan", "a", "b", "c"]) == 2
+    assert "one run or a pair" in capsys.readouterr().err
+    assert cli_main(["plan", str(tmp_path), "--effect", "0"]) == 2
+    assert "effect must be positive" in capsys.readouterr().err
+
+
+def test_cli_on_run_folders(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from test_report import _runs
+
+    base, deb = _runs(tmp_path)
+    out = tmp_path / "plan.md"
+    assert cli_main(["plan", str(base), "--k", "5,50", "--resamples", "500", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "| ni065_format_pert | delta_drop |" in text and "| ni220_format_pert |" in text
+    capsys.readouterr()
+    assert cli_main(["plan", str(base), str(deb), "--tasks", "ni220_format_pert"]) == 0
+    printed = capsys.readouterr().out
+    assert "| ni220_format_pert | delta_pert |" in printed and "ni065" not in printed
