@@ -512,9 +512,11 @@ def to_markdown(report: Report) -> str:
         f"Certificates: φ = {s.cert.phi}, ψ = {s.cert.psi}, ε_B rule `{s.cert.eps_rule}`, "
         f"density rule `{s.cert.density_rule}`, Chebyshev `{s.cert.chebyshev}`.",
         "",
-        "## Robustness per model × task",
-        "",
     ]
+    from lm_eval_robust.report.summary import summary_markdown
+
+    out += summary_markdown(report)
+    out += ["## Robustness per model × task", ""]
     header = ["model", "task", "n", "K", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]
     header += ["p_C", "p_H", "P_C", "P_H"]
     rows = []

@@ -1,0 +1,60 @@
+"""The report's summary in the paper's Table 3 / Table 5 layout: means and standard deviations
+across tasks of the paired metrics, computed from the same per-task values the report shows."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from test_report import FAST, _runs
+
+from lm_eval_robust.report import pairing
+from lm_eval_robust.report.summary import mean_std, summary_markdown
+from lm_eval_robust.report.tables import build_report, to_markdown
+
+
+def test_mean_std_by_hand() -> None:
+    assert mean_std([1.0, 2.0, 6.0]) == (3.0, pytest.approx(statistics.stdev([1, 2, 6])), 3)
+    m, s, n = mean_std([4.0, math.nan])
+    assert (m, n) == (4.0, 1) and math.isnan(s)
+    m, s, n = mean_std([math.nan])
+    assert n == 0 and math.isnan(m) and math.isnan(s)
+
+
+def _cells(lines: list[str], first: str, second: str) -> list[str]:
+    (row,) = [r for r in lines if r.startswith(f"| {first} | {second} |")]
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_table3_and_table5_rows_match_the_per_task_values(tmp_path: Path) -> None:
+    base, deb = _runs(tmp_path)
+    report = build_report(pairing.label_runs([base, deb], ["base", "debiased"]), FAST)
+    lines = summary_markdown(report)
+    assert lines[0].startswith("## Summary in the paper's layout")
+    for name in ("p_damage", "p_recover", "p_clean", "p_combined"):
+        vals = [p.metrics[name].value for p in report.pairs if p.kind == "format"]
+        finite = [v for v in vals if math.isfinite(v)]
+        cells = _cells(lines, "format", name)
+        assert float(cells[2]) == pytest.approx(sum(finite) / len(finite), abs=0.051)
+        assert int(cells[4]) == len(finite)
+    # Table 5: certificates are computable on ni220 (40 variants), not on ni065 (4 variants)
+    t = {(s.run, s.task): s for s in report.tasks}
+    assert math.isnan(t[("base", "ni065_format_pert")].metrics["p_h"].value)
+    cells = _cells(lines, "format", "debiased")
+    assert cells[-1] == "1"
+    want = [
+        t[(r, "ni220_format_pert")].metrics[c].value
+        for r in ("base", "debiased")
+        for c in ("p_c", "p_h")
+    ]
+    assert [float(c) for c in cells[2:6]] == pytest.approx(want, abs=0.051)
+    assert "## Summary in the paper's layout" in to_markdown(report)
+
+
+def test_single_run_has_no_summary(tmp_path: Path) -> None:
+    base, _ = _runs(tmp_path)
+    report = build_report(pairing.label_runs([base], ["base"]), FAST)
+    assert summary_markdown(report) == []
+    assert "Summary in the paper's layout" not in to_markdown(report)
