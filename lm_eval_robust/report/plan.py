@@ -114,8 +114,36 @@ def _check(table: MarginTable, task: str) -> None:
         raise ValueError(f"{task}: some examples have no perturbed variants")
 
 
+def _bac_change(onehot: np.ndarray, before: np.ndarray, after: np.ndarray) -> float:
+    """BAC (points) of per-example success rates ``after`` minus that of ``before``."""
+    n_cls = onehot.sum(0)
+    return 100.0 * float(
+        bac_from_counts(onehot.T @ after, n_cls) - bac_from_counts(onehot.T @ before, n_cls)
+    )
+
+
 def _cluster_weights(rng: np.random.Generator, b: int, e: int) -> np.ndarray:
     return rng.multinomial(e, np.full(e, 1.0 / e), size=b).astype(float)
+
+
+def _row(
+    task: str,
+    statistic: str,
+    estimate: float,
+    counts: np.ndarray,
+    se: dict[int, float],
+    settings: PlanSettings,
+) -> PlanRow:
+    e = int(counts.shape[0])
+    return PlanRow(
+        task=task,
+        statistic=statistic,
+        estimate=estimate,
+        n_examples=e,
+        k_pilot=float(counts.mean()),
+        se=se,
+        needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
+    )
 
 
 def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
@@ -125,10 +153,7 @@ def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
     e = table.n_examples
     counts = table.variant_counts().astype(float)
     rate = np.bincount(table.var_example, weights=var_ok, minlength=e) / counts
-    n_cls = onehot.sum(0)
-    estimate = 100.0 * float(
-        bac_from_counts(onehot.T @ rate, n_cls) - bac_from_counts(onehot.T @ clean_ok, n_cls)
-    )
+    estimate = _bac_change(onehot, clean_ok, rate)
     rng = np.random.default_rng(settings.seed)
     w = _cluster_weights(rng, settings.n_resamples, e)  # [B, E], the same for every K
     se: dict[int, float] = {}
@@ -137,15 +162,7 @@ def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
         pert = bac_from_counts((w * hits) @ onehot, (w * k) @ onehot)
         clean = bac_from_counts((w * clean_ok) @ onehot, w @ onehot)
         se[k] = 100.0 * float(np.std(pert - clean, ddof=1))
-    return PlanRow(
-        task=task,
-        statistic="delta_drop",
-        estimate=estimate,
-        n_examples=e,
-        k_pilot=float(counts.mean()),
-        se=se,
-        needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
-    )
+    return _row(task, "delta_drop", estimate, counts, se, settings)
 
 
 def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
@@ -172,11 +189,7 @@ def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSe
         )
         / counts[:, None]
     )
-    rate_a, rate_b = probs[:, 0] + probs[:, 1], probs[:, 0] + probs[:, 2]
-    n_cls = onehot.sum(0)
-    estimate = 100.0 * float(
-        bac_from_counts(onehot.T @ rate_b, n_cls) - bac_from_counts(onehot.T @ rate_a, n_cls)
-    )
+    estimate = _bac_change(onehot, probs[:, 0] + probs[:, 1], probs[:, 0] + probs[:, 2])
     rng = np.random.default_rng(settings.seed)
     w = _cluster_weights(rng, settings.n_resamples, e)  # [B, E], the same for every K
     se: dict[int, float] = {}
@@ -189,15 +202,7 @@ def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSe
             (w * hits_a) @ onehot, total
         )
         se[k] = 100.0 * float(np.std(diff, ddof=1))
-    return PlanRow(
-        task=task,
-        statistic="delta_pert",
-        estimate=estimate,
-        n_examples=e,
-        k_pilot=float(counts.mean()),
-        se=se,
-        needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
-    )
+    return _row(task, "delta_pert", estimate, counts, se, settings)
 
 
 def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = "") -> str:
