@@ -93,11 +93,14 @@ def test_more_perturbations_lower_the_error_but_not_below_the_between_example_pa
     assert row.needed[2] > row.needed[2000]
 
 
-def test_no_variance_needs_no_examples() -> None:
+def test_no_variance_cannot_be_planned() -> None:
     gold = np.arange(10) % 2
     table = _table(gold, np.ones(10, bool), np.ones((10, 5), bool))
     row = plan_drop(table, "flat", PlanSettings(ks=(5,)))
     assert row.estimate == 0.0 and row.se[5] == 0.0 and row.needed[5] == 0
+    text = to_markdown([row], PlanSettings(ks=(5,)))
+    assert "| flat | delta_drop | +0.0 | 10 × 5 | 0.00 | – |" in text
+    assert "no variance at all" in text
 
 
 def test_pair_keeps_the_pairing() -> None:

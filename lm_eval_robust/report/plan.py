@@ -230,7 +230,13 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
             f"{r.estimate:+.1f}",
             f"{r.n_examples} × {r.k_pilot:.0f}",
             *(f"{r.se[k]:.2f}" for k in ks),
-            *(f"{r.needed[k]:,}" for k in ks),
+            *(f"{r.needed[k]:,}" if r.se[k] > 0 else "–" for k in ks),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.se[k] <= 0 for r in rows for k in ks):
+        lines += [
+            "",
+            "–: the pilot shows no variance at all (e.g. every prompt gets the same label), so it "
+            "cannot tell how many examples are needed; run a pilot where the predictions vary.",
+        ]
     return "\n".join(lines) + "\n"
