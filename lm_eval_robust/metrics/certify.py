@@ -181,6 +181,20 @@ class MarginTable:
     def variant_counts(self) -> np.ndarray:
         return np.bincount(self.var_example, minlength=self.n_examples)
 
+    def gold_onehot(self) -> np.ndarray:
+        """``[E, Q]`` one-hot of each example's gold label (float)."""
+        onehot = np.zeros((self.n_examples, self.n_classes))
+        onehot[np.arange(self.n_examples), np.clip(self.gold, 0, self.n_classes - 1)] = 1.0
+        return onehot
+
+    def clean_correct(self) -> np.ndarray:
+        """``[E]`` 1.0 where the clean prompt is present and answered right, else 0.0."""
+        return (self.has_clean & (self.clean_pred == self.gold)).astype(float)
+
+    def var_correct(self) -> np.ndarray:
+        """``[R]`` 1.0 where the perturbed variant is answered right, else 0.0."""
+        return (self.var_pred == self.var_gold).astype(float)
+
     @classmethod
     def from_items(cls, items: Iterable[Mapping[str, Any]]) -> MarginTable:
         """Build from per-doc dicts (``example_id``, ``pert_id``, ``gold``, ``ll``), any order;

@@ -38,6 +38,7 @@ from scipy.special import ndtri
 
 from lm_eval_robust.metrics.bootstrap import bac_from_counts
 from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.report.tables import markdown_table
 
 __all__ = [
     "PlanRow",
@@ -95,16 +96,6 @@ def examples_needed(se0: float, e0: int, effect: float, z: float) -> int:
     return max(2, math.ceil(e0 * (z * se0 / effect) ** 2))
 
 
-def _outcomes(table: MarginTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per example: one-hot gold ``[E, Q]``, clean correct ``[E]``; per variant correct ``[R]``."""
-    e, q = table.n_examples, table.n_classes
-    onehot = np.zeros((e, q))
-    onehot[np.arange(e), np.clip(table.gold, 0, q - 1)] = 1.0
-    clean_ok = (table.has_clean & (table.clean_pred == table.gold)).astype(float)
-    var_ok = (table.var_pred == table.var_gold).astype(float)
-    return onehot, clean_ok, var_ok
-
-
 def _check(table: MarginTable, task: str) -> None:
     if table.n_examples < 2:
         raise ValueError(f"{task}: the pilot needs at least 2 examples to estimate variance")
@@ -149,7 +140,7 @@ def _row(
 def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
     """Examples needed to detect a perturbation drop ``delta_drop`` of ``settings.effect``."""
     _check(table, task)
-    onehot, clean_ok, var_ok = _outcomes(table)
+    onehot, clean_ok, var_ok = table.gold_onehot(), table.clean_correct(), table.var_correct()
     e = table.n_examples
     counts = table.variant_counts().astype(float)
     rate = np.bincount(table.var_example, weights=var_ok, minlength=e) / counts
@@ -175,8 +166,7 @@ def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSe
         and np.array_equal(base.var_pert_id, other.var_pert_id)
     ):
         raise ValueError(f"{task}: the two runs did not score the same variants; pair them first")
-    onehot, _, ok_a = _outcomes(base)
-    _, _, ok_b = _outcomes(other)
+    onehot, ok_a, ok_b = base.gold_onehot(), base.var_correct(), other.var_correct()
     e = base.n_examples
     counts = base.variant_counts().astype(float)
     joint = np.stack(
@@ -220,11 +210,9 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
         f"and power {settings.power:g} (z = {settings.z:.3f}), from a two-stage bootstrap of the "
         f"pilot ({settings.n_resamples} resamples): E(K) = ⌈E0·(z·SE(E0, K)/Δ)²⌉.",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
     ]
-    for r in rows:
-        cells = [
+    cells = [
+        [
             r.task,
             r.statistic,
             f"{r.estimate:+.1f}",
@@ -232,7 +220,9 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
             *(f"{r.se[k]:.2f}" for k in ks),
             *(f"{r.needed[k]:,}" if r.se[k] > 0 else "–" for k in ks),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for r in rows
+    ]
+    lines.append(markdown_table(head, cells))
     if any(r.se[k] <= 0 for r in rows for k in ks):
         lines += [
             "",

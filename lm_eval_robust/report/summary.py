@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lm_eval_robust.report.tables import markdown_table
+
 if TYPE_CHECKING:
     from lm_eval_robust.report.tables import Report
 
@@ -42,6 +44,7 @@ def _kinds(report: Report) -> list[str]:
 
 def summary_markdown(report: Report) -> list[str]:
     """Markdown lines; empty when the report has no paired runs."""
+
     if not report.pairs:
         return []
     others = list(dict.fromkeys(p.other for p in report.pairs))
@@ -67,7 +70,7 @@ def summary_markdown(report: Report) -> list[str]:
                 m, s, n = mean_std(vals)
                 row += [_fmt(m), _fmt(s), str(n)]
             rows.append(row)
-    out += [*_table(header, rows), ""]
+    out += [*markdown_table(header, rows).splitlines(), ""]
     by_key = {(t.run, t.task): t for t in report.tasks}
     header = ["kind", "run", "p_C", "p_H", "p_C'", "p_H'", "P_C", "P_H", "P_C'", "P_H'", "n"]
     rows = []
@@ -98,15 +101,7 @@ def summary_markdown(report: Report) -> list[str]:
         "primed = the run; P_C/P_H are population certificates (Remark E.4), meant for "
         "`*_holdout` tasks.",
         "",
-        *_table(header, rows),
+        *markdown_table(header, rows).splitlines(),
         "",
     ]
     return out
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(r) + " |" for r in rows),
-    ]

@@ -66,6 +66,7 @@ __all__ = [
     "ReportSettings",
     "TaskSummary",
     "build_report",
+    "markdown_table",
     "to_csv",
     "to_json",
     "to_markdown",
@@ -198,11 +199,8 @@ class _RunData:
 def _run_data(task: TaskRun, config: CertConfig) -> _RunData:
     table = MarginTable.from_items(task.item_list())
     cert = certify(table, config)
-    q, e = table.n_classes, table.n_examples
-    onehot = np.zeros((e, q))
-    onehot[np.arange(e), np.clip(table.gold, 0, q - 1)] = 1.0
-    clean_ok = (table.has_clean & (table.clean_pred == table.gold)).astype(float)
-    var_ok = (table.var_pred == table.var_gold).astype(float)
+    e = table.n_examples
+    onehot, clean_ok, var_ok = table.gold_onehot(), table.clean_correct(), table.var_correct()
     pc = np.bincount(table.var_example, weights=var_ok, minlength=e)
     pn = np.bincount(table.var_example, minlength=e).astype(float)
     elig = cert.eligible.astype(float)
@@ -460,7 +458,7 @@ def _cell(e: Estimate) -> str:
     return f"{_num(e.value)} [{_num(e.low)}, {_num(e.high)}]"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -483,7 +481,7 @@ def _across_table(groups: Sequence[GroupSummary]) -> str:
             v = g.metrics[name]
             row.append(f"{_cell(Estimate(v.mean, v.low, v.high))} ({v.n_tasks})")
         rows.append(row)
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def prompt_style(results: Mapping[str, Any]) -> str:
@@ -529,7 +527,7 @@ def to_markdown(report: Report) -> str:
             + [f"{_num(t.maj_share_clean)}/{_num(t.maj_share_pert)}"]
             + [_cell(m[x]) for x in ("p_c", "p_h", "P_c", "P_h")]
         )
-    out += [_table(header, rows), ""]
+    out += [markdown_table(header, rows), ""]
     if len({p.other for p in report.pairs}) > 1:
         out += _side_by_side(report)
     if report.pairs:
@@ -546,7 +544,7 @@ def to_markdown(report: Report) -> str:
                 + [f"{_num(tb.maj_share_pert)} → {_num(to.maj_share_pert)}"]
                 + [_cell(p.metrics[x]) for x in PAIR_METRICS[:6]]
             )
-        out += [_table(header, rows), "", "## Certification before → after", ""]
+        out += [markdown_table(header, rows), "", "## Certification before → after", ""]
         header = ["model vs base", "task"]
         for x in ("p_c", "p_h", "P_c", "P_h"):
             header += [LABELS[x], LABELS[x] + "'", "Δ" + LABELS[x]]
@@ -558,7 +556,7 @@ def to_markdown(report: Report) -> str:
                 row += [_num(tb.metrics[x].value), _num(to.metrics[x].value)]
                 row += [_cell(p.metrics["d_" + x])]
             rows.append(row)
-        out += [_table(header, rows), ""]
+        out += [markdown_table(header, rows), ""]
     out += [
         "## Verification of per-example certificates",
         "",
@@ -569,7 +567,7 @@ def to_markdown(report: Report) -> str:
     rows = []
     for t in report.tasks:
         rows.append([t.run, t.task, *_ver(t.verification.get("c")), *_ver(t.verification.get("h"))])
-    out += [_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
+    out += [markdown_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
     out += [
         "## Across tasks",
         "",
@@ -617,7 +615,7 @@ def _side_by_side(report: Report) -> list[str]:
     return [
         "## Methods side by side (each paired with the first run by example)",
         "",
-        _table(header, rows),
+        markdown_table(header, rows),
         "",
     ]
 
