@@ -193,7 +193,7 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     )
     args = p.parse_args(list(argv))
 
-    from lm_eval_robust.correction import correction_key, save
+    from lm_eval_robust.correction import correction_key, fit_summary, save
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.fit.run import FitSettings, fit_features
     from lm_eval_robust.tasks.specs import get_spec
@@ -245,20 +245,11 @@ def _cmd_fit(argv: Sequence[str]) -> int:
             return 0
     correction = fit_features(feats, settings)
     save(correction, out)
-    summary = {
-        k: v
-        for k, v in {
-            "task": correction.task,
-            "method": correction.method,
-            "lam": correction.lam,
-            "alpha": correction.alpha,
-            "p_eps_V": correction.stats.get("radii", {}).get("p_eps_V"),
-            "p_eps_L": correction.stats.get("radii", {}).get("p_eps_L"),
-            "b": correction.stats.get("b"),
-            "out": str(out),
-        }.items()
-        if v is not None
-    }
+    summary = {"task": correction.task, **fit_summary(correction)}
+    summary.pop("n_examples", None)
+    if correction.stats.get("b") is not None:
+        summary["b"] = correction.stats["b"]
+    summary["out"] = str(out)
     print(json.dumps(summary))
     return 0
 

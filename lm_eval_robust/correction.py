@@ -658,6 +658,33 @@ def merged_head_update(
     return rows - w[:n].T, bias - (w[n] + beta)
 
 
+def fit_summary(c: Correction) -> dict[str, Any]:
+    """What a report shows of a correction's fit: the method, λ, α, the train examples, and the
+    mean percentage decrease of the robustness radii over the label logits on the train
+    features (``p_eps_V``, ``p_eps_L``; paper, Section 4)."""
+    radii = c.stats.get("radii") or {}
+    values = {
+        "method": c.method,
+        "lam": c.lam,
+        "alpha": c.alpha,
+        "n_examples": c.stats.get("n_examples"),
+        "p_eps_V": radii.get("p_eps_V"),
+        "p_eps_L": radii.get("p_eps_L"),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def fit_summaries(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """:func:`fit_summary` by task of a correction file or a folder of them (no model needed)."""
+    p = Path(path)
+    files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        corr = load(f)
+        out[corr.task] = fit_summary(corr)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # corrections per task
 

@@ -104,7 +104,12 @@ def replay(
     out: str | Path,
 ) -> Path:
     """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied."""
-    from lm_eval_robust.correction import correction_key, load_corrections, write_atomic
+    from lm_eval_robust.correction import (
+        correction_key,
+        fit_summary,
+        load_corrections,
+        write_atomic,
+    )
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.report.pairing import _find_results
     from lm_eval_robust.tasks.ni import process_results
@@ -196,6 +201,10 @@ def replay(
         "features": str(features_dir),
         "correction": str(correction),
         "tasks": replayed,
+        # the fit's own numbers (method, λ, p_εV/p_εL on the train features) for the report
+        "corrections": {
+            correction_key(t): fit_summary(corrections[correction_key(t)]) for t in replayed
+        },
     }
     new_results["results"] = {t: new_results["results"][t] for t in replayed}
     new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -9,6 +11,8 @@ import numpy as np
 import pytest
 
 from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
+from lm_eval_robust.report.pairing import _fits, label_runs
+from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
 
 TASK = "ni1284_format_pert"
 MD = json.dumps({"n_examples": 12, "n_perturbations": 2})
@@ -93,6 +97,37 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
     real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
     for key in ("bac_clean,none", "bac_pert,none", "auc_pert,none"):
         assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9)
+    # the fit's radius change reaches the report: recorded by replay, read from the correction
+    # file named in model_args for the real run, absent for the base run
+    p_eps_v = corr.stats["radii"]["p_eps_V"]
+    assert results["lm_eval_robust_replay"]["corrections"][TASK]["p_eps_V"] == p_eps_v
+    runs = label_runs([base, real, tmp_path / "replayed"], ["base", "real", "replayed"])
+    assert runs[0].fits == {}
+    for r in runs[1:]:
+        assert r.fits[TASK]["method"] == "ridge" and r.fits[TASK]["p_eps_V"] == p_eps_v
+    report = build_report(runs, ReportSettings(n_resamples=200))
+    md = to_markdown(report)
+    assert "p_εV (fit)" in md
+    row = next(line for line in md.splitlines() if line.startswith("| replayed vs base |"))
+    assert row.split(" | ")[-2] == f"{p_eps_v:.1f}"
+    csv_rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    by_run = {r["run"]: r for r in csv_rows}
+    assert float(by_run["real"]["fit_p_eps_V"]) == pytest.approx(p_eps_v, rel=1e-5)
+    assert "fit_p_eps_V" in by_run["base"] and by_run["base"]["fit_p_eps_V"] == ""
+
+
+def test_a_correction_that_moved_is_named_not_guessed(tmp_path: Path) -> None:
+    run = tmp_path / "run" / "m"
+    run.mkdir(parents=True)
+    res = {"results": {}, "configs": {}, "config": {"model_args": "pretrained=x,correction=gone"}}
+    (run / "results_2026.json").write_text(json.dumps(res))
+    fits, notes = _fits(res, run / "results_2026.json")
+    assert fits == {} and notes == [
+        "correction gone not found from here: fit statistics (p_εV, p_εL) left out"
+    ]
+    (tmp_path / "gone").write_bytes(b"\x80\x04not a safetensors file")  # beside the run's folder
+    fits, notes = _fits(res, run / "results_2026.json")
+    assert fits == {} and len(notes) == 1 and "pickle" in notes[0]
 
 
 def test_replay_without_features_names_the_fix(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,20 @@ def test_single_run_has_no_summary(tmp_path: Path) -> None:
     report = build_report(pairing.label_runs([base], ["base"]), FAST)
     assert summary_markdown(report) == []
     assert "Summary in the paper's layout" not in to_markdown(report)
+
+
+def test_fit_radius_change_is_averaged_over_the_tasks_that_have_it(tmp_path: Path) -> None:
+    base, deb = _runs(tmp_path)
+    runs = pairing.label_runs([base, deb], ["base", "debiased"])
+    lines = summary_markdown(build_report(runs, FAST))
+    assert not any(r.startswith("| format | p_εV") for r in lines)
+    fits = {"ni220_format_pert": {"p_eps_V": 40.0}, "ni065_format_pert": {"p_eps_V": 10.0}}
+    runs[1] = replace(runs[1], fits=fits)
+    report = build_report(runs, FAST)
+    cells = _cells(summary_markdown(report), "format", "p_εV (fit)")
+    assert cells[2:] == ["25.0", f"{statistics.stdev([40.0, 10.0]):.1f}", "2"]
+    assert not any("p_εL" in line for line in summary_markdown(report))
+    assert {t.task: t.fit.get("p_eps_V") for t in report.tasks if t.run == "debiased"} == {
+        "ni220_format_pert": 40.0,
+        "ni065_format_pert": 10.0,
+    }

@@ -103,6 +103,9 @@ class Run:
     tasks: dict[str, TaskRun]
     results: Mapping[str, Any] = field(repr=False)
     notes: tuple[str, ...] = ()
+    # the fit summary of the correction applied to each task family (``correction_key``), when
+    # the run applied one: method, λ, p_eps_V / p_eps_L on the train features
+    fits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _find_results(path: Path) -> Path:
@@ -128,20 +131,44 @@ def _find_results(path: Path) -> Path:
     return found[-1]  # ISO timestamps sort in time order: the latest run
 
 
+def _model_args(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's ``--model_args`` as a dict (the harness logs a string or a mapping)."""
+    args = (results.get("config", {}) or {}).get("model_args", "")
+    if isinstance(args, Mapping):
+        return dict(args)
+    return dict(p.split("=", 1) for p in str(args).split(",") if "=" in p)
+
+
 def _model_name(results: Mapping[str, Any]) -> str:
     cfg = results.get("config", {}) or {}
-    args = cfg.get("model_args", "")
-    if isinstance(args, Mapping):
-        pretrained = args.get("pretrained")
-        extra = "+correction" if args.get("correction") else ""
-    else:
-        parts = dict(
-            p.split("=", 1) for p in str(args).split(",") if "=" in p
-        )  # "pretrained=x,correction=y"
-        pretrained = parts.get("pretrained")
-        extra = "+correction" if parts.get("correction") else ""
-    name = str(pretrained or cfg.get("model_name") or cfg.get("model") or "model")
+    args = _model_args(results)
+    extra = "+correction" if args.get("correction") else ""
+    name = str(args.get("pretrained") or cfg.get("model_name") or cfg.get("model") or "model")
     return name.rstrip("/").split("/")[-1] + extra
+
+
+def _fits(results: Mapping[str, Any], results_file: Path) -> tuple[dict[str, Any], list[str]]:
+    """Fit summaries of the correction a run applied, and a note when they cannot be read.
+
+    A replay records them in its results file. A real ``correction=PATH`` run records only the
+    path, read as given (relative to the current folder) or relative to the folder ``lm_eval``
+    ran in when ``--output_path`` was one folder name (``OUT/<model>/results_*.json``).
+    """
+    from lm_eval_robust.correction import CorrectionError, fit_summaries
+
+    block = results.get("lm_eval_robust_replay") or {}
+    if isinstance(block.get("corrections"), Mapping):
+        return {str(k): dict(v) for k, v in block["corrections"].items()}, []
+    path = block.get("correction") or _model_args(results).get("correction")
+    if not path:
+        return {}, []
+    for cand in (Path(str(path)), results_file.parent.parent.parent / str(path)):
+        if cand.exists():
+            try:
+                return fit_summaries(cand), []
+            except CorrectionError as exc:
+                return {}, [f"fit statistics (p_εV, p_εL) left out: {exc}"]
+    return {}, [f"correction {path} not found from here: fit statistics (p_εV, p_εL) left out"]
 
 
 _NOT_METRICS = frozenset({"doc", "arguments", "resps", "filtered_resps", "target"})
@@ -230,6 +257,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         raise NoSamplesError(f"{folder}: no task with lm-eval-robust per-doc samples")
     notes += [f"{t}: no samples file (run without --log_samples?); left out" for t in missing]
     name = p.name if p.is_dir() else p.parent.name
+    fits, more = _fits(results, results_file)
+    notes += more
     return Run(
         path=p,
         label=label or name,
@@ -238,6 +267,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         tasks=tasks,
         results=results,
         notes=tuple(notes),
+        fits=fits,
     )
 
 

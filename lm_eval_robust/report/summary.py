@@ -60,6 +60,7 @@ def summary_markdown(report: Report) -> list[str]:
     for o in others:
         header += [f"{o}: mean", "std", "n"]
     rows = []
+    fits = {(t.run, t.task): t.fit for t in report.tasks}
     for kind in _kinds(report):
         for name in TABLE3:
             row = [kind, name]
@@ -70,6 +71,19 @@ def summary_markdown(report: Report) -> list[str]:
                 m, s, n = mean_std(vals)
                 row += [_fmt(m), _fmt(s), str(n)]
             rows.append(row)
+        for name, label in (("p_eps_V", "p_εV (fit)"), ("p_eps_L", "p_εL (fit)")):
+            fit_cells: list[str] = []
+            for o in others:
+                got = [fits[(o, p.task)].get(name) for p in report.pairs]
+                vals = [
+                    float(v)
+                    for p, v in zip(report.pairs, got, strict=True)
+                    if p.other == o and p.kind == kind and isinstance(v, int | float)
+                ]
+                m, s, n = mean_std(vals)
+                fit_cells += [_fmt(m), _fmt(s), str(n)]
+            if any(c != "0" for c in fit_cells[2::3]):
+                rows.append([kind, label, *fit_cells])
     out += [*markdown_table(header, rows).splitlines(), ""]
     by_key = {(t.run, t.task): t for t in report.tasks}
     header = ["kind", "run", "p_C", "p_H", "p_C'", "p_H'", "P_C", "P_H", "P_C'", "P_H'", "n"]

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.correction import correction_key
 from lm_eval_robust.metrics.bootstrap import (
     DEFAULT_RESAMPLES,
     TaskLevelCI,
@@ -115,6 +116,9 @@ LABELS: dict[str, str] = {
     "d_P_h": "ΔP_H",
 }
 TOL = 1e-9
+# fit statistics of an applied correction shown beside the paired metrics
+FIT_STATS = ("p_eps_V", "p_eps_L")
+FIT_LABELS = {"p_eps_V": "p_εV (fit)", "p_eps_L": "p_εL (fit)"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,8 @@ class TaskSummary:
     maj_share_pert: float
     verification: dict[str, Verification]
     notes: tuple[str, ...] = ()
+    # the applied correction's fit summary (method, lam, p_eps_V, p_eps_L on the train features)
+    fit: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -336,6 +342,7 @@ def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSum
         maj_share_pert=100.0 * majority_share(table.var_pred),
         verification=_verifications(cert),
         notes=tuple(notes),
+        fit=dict(run.fits.get(correction_key(task.task), {})),
     )
 
 
@@ -464,6 +471,10 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _fit_cell(v: Any) -> str:
+    return _num(float(v)) if isinstance(v, int | float) else "–"
+
+
 def _ver(v: Verification | None) -> list[str]:
     if v is None:
         return ["n/a", "n/a"]
@@ -535,6 +546,8 @@ def to_markdown(report: Report) -> str:
         out += ["## Debiasing: each run vs the first (paired by example)", ""]
         header = ["model vs base", "task", "δ_drop (base)", "BAC clean (base)", "maj. pert"]
         header += ["δ_clean", "δ_pert", "p_damage", "p_recover", "p_clean", "p_combined"]
+        fit_cols = [c for c in FIT_STATS if any(c in t.fit for t in report.tasks)]
+        header += [FIT_LABELS[c] for c in fit_cols]
         rows = []
         for p in report.pairs:
             tb, to = by_key[(p.base, p.task)], by_key[(p.other, p.task)]
@@ -543,8 +556,17 @@ def to_markdown(report: Report) -> str:
                 + [_num(tb.metrics["bac_clean"].value)]
                 + [f"{_num(tb.maj_share_pert)} → {_num(to.maj_share_pert)}"]
                 + [_cell(p.metrics[x]) for x in PAIR_METRICS[:6]]
+                + [_fit_cell(to.fit.get(c)) for c in fit_cols]
             )
-        out += [markdown_table(header, rows), "", "## Certification before → after", ""]
+        out += [markdown_table(header, rows), ""]
+        if fit_cols:
+            out += [
+                "p_εV / p_εL: mean percentage decrease of the robustness radii over the label "
+                "logits, measured by `fit` on the train features (paper, Section 4); – where "
+                "the run applied no correction.",
+                "",
+            ]
+        out += ["## Certification before → after", ""]
         header = ["model vs base", "task"]
         for x in ("p_c", "p_h", "P_c", "P_h"):
             header += [LABELS[x], LABELS[x] + "'", "Δ" + LABELS[x]]
@@ -662,6 +684,7 @@ def to_csv(report: Report) -> str:
             "maj_share_pert": t.maj_share_pert,
         }
         row.update(_flat("", t.metrics))
+        row.update({f"fit_{k}": v for k, v in t.fit.items()})
         for rule, v in t.verification.items():
             row[f"ver_bac_certified_{rule}"] = 100 * v.bac_certified
             row[f"ver_bac_uncertified_{rule}"] = 100 * v.bac_uncertified
