@@ -145,8 +145,6 @@ def _cmd_perturb(argv: Sequence[str]) -> int:
 
 
 def _cmd_fit(argv: Sequence[str]) -> int:
-    import json
-    from pathlib import Path
 
     p = OneLineArgumentParser(
         prog="lm-eval-robust fit",
@@ -155,7 +153,13 @@ def _cmd_fit(argv: Sequence[str]) -> int:
             "prompt path), fit a debiasing correction and write it as safetensors + JSON."
         ),
     )
-    p.add_argument("--task", required=True, help="perturbed task, e.g. ni065_format_pert")
+    p.add_argument("--task", default=None, help="perturbed task, e.g. ni065_format_pert")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="instead of --task: several tasks, a comma list or select's targets .json; "
+        "--features is then the collect_features root and -o a folder (one file per task)",
+    )
     p.add_argument("--pretrained", default="gemma-3-270m")
     p.add_argument("--model-args", default="", help="extra model args, k=v,k=v (e.g. dtype=...)")
     p.add_argument("--metadata", default="{}", help="task settings as JSON, as for lm_eval")
@@ -192,6 +196,42 @@ def _cmd_fit(argv: Sequence[str]) -> int:
         help="--layer: decode positions edited: prompt (last prompt token), generated, all",
     )
     args = p.parse_args(list(argv))
+    if (args.task is None) == (args.tasks is None):
+        raise UserError("give --task TASK, or --tasks with a comma list or a targets .json")
+    if args.tasks is not None:
+        return _fit_many(args)
+    return _fit_one(args)
+
+
+def _fit_many(args: argparse.Namespace) -> int:
+    """``fit --tasks``: one correction per task into the folder ``-o``."""
+    from pathlib import Path
+
+    from lm_eval_robust.correction import correction_key
+    from lm_eval_robust.select import read_task_list
+
+    if args.layer is not None:
+        raise UserError("--layer fits one generation task at a time; use --task")
+    out = Path(args.out)
+    if out.suffix == ".safetensors":
+        raise UserError(f"with --tasks, -o is a folder (one file per task), not {out.name}")
+    for task in read_task_list(args.tasks):
+        key = correction_key(task)
+        one = argparse.Namespace(**vars(args))
+        one.task, one.out = key, str(out / f"{key}.safetensors")
+        if args.features:
+            one.features = str(Path(args.features) / f"{key}_train")
+        if args.plot:
+            one.plot = str(out / f"{key}_search.png")
+        rc = _fit_one(one)
+        if rc:
+            return rc
+    return 0
+
+
+def _fit_one(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
 
     from lm_eval_robust.correction import correction_key, fit_summary, save
     from lm_eval_robust.fit.features import load_features

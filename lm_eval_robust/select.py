@@ -6,8 +6,10 @@ something (a drop of more than ``min_drop``, 1 point in the paper). Below chance
 drop says nothing; the table therefore shows, beside each filter, the clustered 95 % CI, the
 majority-class share and the threshold-free margin AUC, and ranks the pairs by how close they come.
 
-``lm-eval-robust select RUN`` reads an lm_eval output folder of our perturbed tasks (run with
-``--log_samples``); ``--pretrained MODEL`` runs that pass first.
+``lm-eval-robust select RUN [RUN ...]`` reads lm_eval output folders of our perturbed tasks (run
+with ``--log_samples``); ``lm-eval-robust select --pretrained MODEL`` runs that pass first: the
+clean and a small perturbed pass of every task (:data:`PASS_TASKS`, :data:`PASS_METADATA`, both
+overridable) through ``debiased_hf``, into ``--output_path``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from lm_eval_robust.errors import OneLineArgumentParser, UserError
+
+# the screening pass --pretrained runs: every NI task, both kinds; 40 examples give 14 test
+# examples, each with its clean prompt and 2 perturbed variants (about 840 prompts in all)
+PASS_TASKS = "ni_format_pert,ni_text_pert"
+PASS_METADATA = '{"n_examples": 40, "n_perturbations": 2}'
 
 
 @dataclass(frozen=True)
@@ -54,22 +62,37 @@ class Candidate:
         return gap_clean + gap_drop
 
 
-def candidates(run_dir: str, criteria: Criteria, n_resamples: int = 2000) -> list[Candidate]:
-    """Evaluate the filters on every task of one run (values as fractions)."""
+def candidates(
+    run_dirs: str | Sequence[str], criteria: Criteria, n_resamples: int = 2000
+) -> list[Candidate]:
+    """Evaluate the filters on every task of one or more runs (values as fractions).
+
+    Several runs (e.g. full-size reruns of a pilot's targets, one folder per task) are read as
+    one table; a task in two of them is an error, since the two would disagree.
+    """
     from lm_eval_robust.metrics.classification import auc_clean
     from lm_eval_robust.report.pairing import label_runs
-    from lm_eval_robust.report.tables import ReportSettings, build_report
+    from lm_eval_robust.report.tables import ReportSettings, TaskSummary, build_report
 
-    runs = label_runs([run_dir], None)
-    report = build_report(runs, ReportSettings(n_resamples=n_resamples))
-    task_runs = runs[0].tasks
+    paths = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
+    runs = label_runs(paths, None)
+    seen: dict[str, str] = {}
+    for path, run in zip(paths, runs, strict=True):
+        for task in run.tasks:
+            if task in seen:
+                raise UserError(f"{task} is in both {seen[task]} and {path}; give one run per task")
+            seen[task] = path
+    settings = ReportSettings(n_resamples=n_resamples)
+    summaries: list[tuple[TaskSummary, Any]] = []
+    for run in runs:
+        report = build_report([run], settings)
+        summaries += [(t, run.tasks.get(t.task)) for t in report.tasks]
     out: list[Candidate] = []
-    for t in report.tasks:
+    for t, task_run in summaries:
         bc, dd = t.metrics["bac_clean"], t.metrics["delta_drop"]
         drop_ok = dd.value / 100 < -criteria.min_drop
         if criteria.significant:
             drop_ok = drop_ok and dd.high / 100 < 0
-        task_run = task_runs.get(t.task)
         auc = auc_clean(task_run.item_list()) if task_run is not None else math.nan
         c = Candidate(
             task=t.task,
@@ -87,6 +110,30 @@ def candidates(run_dir: str, criteria: Criteria, n_resamples: int = 2000) -> lis
         )
         out.append(c)
     return sorted(out, key=lambda c: (not c.target, c.distance(criteria), c.task))
+
+
+def read_task_list(value: str) -> list[str]:
+    """Tasks from a comma list, or from a targets JSON file that ``select -o`` wrote."""
+    if value.endswith(".json"):
+        path = Path(value)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such targets file; write it with select -o") from None
+        except json.JSONDecodeError as exc:
+            raise UserError(
+                f"{path}: not valid JSON ({exc.msg}); write it again with select"
+            ) from None
+        targets = data.get("targets") if isinstance(data, dict) else None
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise UserError(f"{path} has no 'targets' list of task names; is it select's output?")
+        if not targets:
+            raise UserError(f"{path}: no task passed the filters, so there is nothing to take")
+        return list(targets)
+    tasks = [t.strip() for t in value.split(",") if t.strip()]
+    if not tasks:
+        raise UserError(f"no task names in {value!r}; give a comma list or a targets .json file")
+    return tasks
 
 
 def _fmt_ci(v: float, ci: tuple[float, float]) -> str:
@@ -132,7 +179,17 @@ def main(argv: Sequence[str]) -> int:
         prog="lm-eval-robust select",
         description="Apply the paper's target-task filters to a run of our perturbed tasks.",
     )
-    p.add_argument("run", help="lm_eval --output_path folder (with --log_samples)")
+    p.add_argument("run", nargs="*", help="lm_eval --output_path folder(s) (with --log_samples)")
+    g = p.add_argument_group("running the screening pass first (instead of RUN)")
+    g.add_argument("--pretrained", default=None, help="model folder or embedded name")
+    g.add_argument("--model_args", default="", help="more debiased_hf arguments, k=v,k=v")
+    g.add_argument("--tasks", default=PASS_TASKS, help=f"default {PASS_TASKS}")
+    g.add_argument("--metadata", default=PASS_METADATA, help=f"default {PASS_METADATA}")
+    g.add_argument("--batch_size", default="8")
+    g.add_argument("--apply_chat_template", action="store_true", help="chat prompt style")
+    g.add_argument(
+        "--output_path", default=None, help="where the pass is written (default: beside -o)"
+    )
     p.add_argument("--min-clean-bac", type=float, default=0.70)
     p.add_argument("--min-drop", type=float, default=0.01)
     p.add_argument("--significant", action="store_true", help="the drop's CI must exclude 0")
@@ -142,8 +199,13 @@ def main(argv: Sequence[str]) -> int:
     if not 0 <= args.min_clean_bac <= 1 or args.min_drop < 0:
         raise UserError("--min-clean-bac must be in [0, 1] and --min-drop >= 0 (fractions)")
     crit = Criteria(args.min_clean_bac, args.min_drop, args.significant)
-    rows = candidates(args.run, crit, args.resamples)
-    md = to_markdown(rows, crit, Path(args.run).name)
+    if bool(args.run) == bool(args.pretrained):
+        raise UserError(
+            "give either run folders or --pretrained MODEL (to run the screening pass first)"
+        )
+    runs = list(args.run) or [_screening_pass(args)]
+    rows = candidates(runs, crit, args.resamples)
+    md = to_markdown(rows, crit, ", ".join(Path(r).name for r in runs))
     print(md)
     if args.out:
         out = Path(args.out)
@@ -151,7 +213,7 @@ def main(argv: Sequence[str]) -> int:
             raise UserError(f"cannot write {out}: {out.parent} is a file; choose -o")
         out.parent.mkdir(parents=True, exist_ok=True)
         payload = {
-            "run": args.run,
+            "runs": runs,
             "criteria": asdict(crit),
             "targets": [r.task for r in rows if r.target],
             "table": [{**asdict(r), "target": r.target} for r in rows],
@@ -159,3 +221,25 @@ def main(argv: Sequence[str]) -> int:
         out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         out.with_suffix(".md").write_text(md, encoding="utf-8")
     return 0
+
+
+def _screening_pass(args: Any) -> str:
+    """Run the clean + small perturbed pass of ``args.tasks`` and return its output folder."""
+    from lm_eval_robust.cli import main as cli_main
+
+    if args.output_path:
+        folder = Path(args.output_path)
+    else:
+        folder = (Path(args.out).parent if args.out else Path(".")) / "select_run"
+    model_args = f"pretrained={args.pretrained}" + (
+        f",{args.model_args}" if args.model_args else ""
+    )
+    argv = ["run", "--model", "debiased_hf", "--model_args", model_args, "--tasks", args.tasks]
+    argv += ["--metadata", args.metadata, "--batch_size", str(args.batch_size)]
+    argv += ["--output_path", str(folder), "--log_samples"]
+    if args.apply_chat_template:
+        argv.append("--apply_chat_template")
+    rc = cli_main(argv)
+    if rc != 0:
+        raise UserError(f"the screening pass stopped (exit {rc}); see the messages above")
+    return str(folder)

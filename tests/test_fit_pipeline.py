@@ -216,3 +216,30 @@ def test_contextual_calibration(tiny_model_dir: Path, data_dir: Path) -> None:
     p = np.exp(ll) / np.exp(ll).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(np.exp(corr.beta), p.mean(axis=0), rtol=1e-6)
     assert corr.method == "contextual_calibration" and corr.task == "ni322_format_pert"
+
+
+def test_fit_takes_selects_targets_file(fitted, tmp_path: Path, capsys) -> None:
+    """``fit --tasks targets.json``: one correction per target, features from the root folder,
+    the same correction as ``fit --task`` gives."""
+    import json
+
+    from lm_eval_robust.cli import main
+    from lm_eval_robust.correction import load
+
+    *_, root = fitted
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"targets": ["ni322_format_pert"], "table": []}))
+    out = tmp_path / "corrections"
+    argv = ["fit", "--tasks", str(targets), "--features", str(root), "--method"]
+    assert main([*argv, "batch_calibration", "--lam", "1", "-o", str(out)]) == 0
+    many = load(out / "ni322_format_pert.safetensors")
+    single = tmp_path / "single.safetensors"
+    feats = str(root / "ni322_format_pert_train")
+    argv = ["fit", "--task", "ni322_format_pert", "--features", feats, "--method"]
+    assert main([*argv, "batch_calibration", "-o", str(single)]) == 0
+    np.testing.assert_array_equal(many.beta, load(single).beta)
+    capsys.readouterr()
+    assert main(["fit", "--tasks", str(targets), "-o", str(tmp_path / "x.safetensors")]) == 2
+    assert "with --tasks, -o is a folder" in capsys.readouterr().err
+    assert main(["fit", "-o", str(out)]) == 2
+    assert "give --task TASK, or --tasks" in capsys.readouterr().err

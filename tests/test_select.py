@@ -9,7 +9,8 @@ import pytest
 from test_report import _task_a, _task_b, _write_run
 
 from lm_eval_robust.cli import main
-from lm_eval_robust.select import Criteria, candidates
+from lm_eval_robust.errors import UserError
+from lm_eval_robust.select import Criteria, candidates, read_task_list
 
 
 def test_filters_and_ranking(tmp_path: Path) -> None:
@@ -33,3 +34,83 @@ def test_cli_writes_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert data["targets"] == ["ni065_format_pert"]
     assert out.with_suffix(".md").read_text().startswith("# Target-task selection")
     assert "Targets: ni065_format_pert" in capsys.readouterr().out
+
+
+def test_several_runs_make_one_table_and_a_task_twice_is_refused(tmp_path: Path) -> None:
+    a = _write_run(tmp_path / "a", {"ni065_format_pert": _task_a(False)})
+    b = _write_run(tmp_path / "b", {"ni220_format_pert": _task_b(False)})
+    rows = candidates([str(a), str(b)], Criteria(), n_resamples=200)
+    assert sorted(r.task for r in rows) == ["ni065_format_pert", "ni220_format_pert"]
+    alone = {r.task: r for r in candidates(str(b), Criteria(), n_resamples=200)}
+    both = {r.task: r for r in rows}
+    assert both["ni220_format_pert"].delta_drop == alone["ni220_format_pert"].delta_drop
+    c = _write_run(tmp_path / "c", {"ni065_format_pert": _task_a(False)})
+    with pytest.raises(UserError, match=r"ni065_format_pert is in both .* give one run per task"):
+        candidates([str(a), str(c)], Criteria(), n_resamples=200)
+
+
+def test_select_needs_runs_or_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["select"]) == 2
+    assert "give either run folders or --pretrained MODEL" in capsys.readouterr().err
+
+
+def test_select_runs_the_screening_pass_itself(
+    tiny_model_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sel" / "targets.json"
+    md = json.dumps({"n_examples": 12, "n_perturbations": 2})
+    argv = ["select", "--pretrained", str(tiny_model_dir), "--tasks", "ni1284_format_pert"]
+    argv += ["--metadata", md, "--batch_size", "4", "--resamples", "200", "-o", str(out)]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    assert data["runs"] == [str(tmp_path / "sel" / "select_run")]
+    (row,) = data["table"]
+    assert row["task"] == "ni1284_format_pert" and row["n_variants"] == 2 * row["n_examples"]
+    assert 0.0 <= row["bac_clean"] <= 1.0 and row["target"] == (
+        row["passes_clean"] and row["passes_drop"]
+    )
+    # the pass is an ordinary lm_eval output folder, with samples, that select can read again
+    again = candidates(data["runs"], Criteria(), n_resamples=200)
+    assert again[0].bac_clean == pytest.approx(row["bac_clean"])
+
+
+def test_task_lists_from_commas_or_targets_files(tmp_path: Path) -> None:
+    assert read_task_list("ni065_format_pert, ni220_text_pert") == [
+        "ni065_format_pert",
+        "ni220_text_pert",
+    ]
+    good = tmp_path / "t.json"
+    good.write_text(json.dumps({"targets": ["ni220_text_pert"], "table": []}))
+    assert read_task_list(str(good)) == ["ni220_text_pert"]
+    cases = {
+        "missing.json": (None, "no such targets file"),
+        "bad.json": ("{not json", "not valid JSON"),
+        "other.json": (json.dumps({"tasks": []}), "no 'targets' list"),
+        "none.json": (json.dumps({"targets": []}), "no task passed the filters"),
+    }
+    for name, (text, message) in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=message):
+            read_task_list(str(tmp_path / name))
+
+
+def test_report_keeps_the_targets_and_their_splits(tmp_path: Path) -> None:
+    run = _write_run(
+        tmp_path / "r", {"ni065_format_pert": _task_a(False), "ni220_format_pert": _task_b(False)}
+    )
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"targets": ["ni065_format_pert"]}))
+    out = tmp_path / "rep"
+    argv = ["report", str(run), "--tasks", str(targets), "--resamples", "200", "--no-plots"]
+    assert main([*argv, "--quiet", "-o", str(out)]) == 0
+    tasks = {t["task"] for t in json.loads((out / "report.json").read_text())["tasks"]}
+    assert tasks == {"ni065_format_pert"}
+    # the hold-out split of a target is the target's (its report reads the same targets file)
+    hold = _write_run(
+        tmp_path / "h",
+        {"ni065_format_pert_holdout": _task_a(False), "ni220_format_pert": _task_b(False)},
+    )
+    assert main([*argv[:1], str(hold), *argv[2:], "--quiet", "-o", str(out)]) == 0
+    tasks = {t["task"] for t in json.loads((out / "report.json").read_text())["tasks"]}
+    assert tasks == {"ni065_format_pert_holdout"}

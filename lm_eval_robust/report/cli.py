@@ -38,7 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders; the first is the base")
     p.add_argument("--labels", default=None, help="comma-separated run names, e.g. base,debiased")
     p.add_argument("-o", "--out", default="robustness_report", help="output folder")
-    p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="tasks to keep: a comma list or select's targets .json (default: all); a task's "
+        "_train/_holdout splits count as the task",
+    )
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--confidence", type=float, default=0.95, help="CI level")
     p.add_argument("--phi", type=float, default=0.1, help="certificate failure ratio φ")
@@ -102,8 +107,14 @@ def run_report(args: argparse.Namespace) -> str:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = label_runs(args.runs, labels)
     if args.tasks:
-        keep = {t.strip() for t in args.tasks.split(",") if t.strip()}
-        runs = [replace(r, tasks={k: v for k, v in r.tasks.items() if k in keep}) for r in runs]
+        from lm_eval_robust.correction import correction_key
+        from lm_eval_robust.select import read_task_list
+
+        keep = set(read_task_list(args.tasks))
+        runs = [
+            replace(r, tasks={k: v for k, v in r.tasks.items() if {k, correction_key(k)} & keep})
+            for r in runs
+        ]
         empty = [r.label for r in runs if not r.tasks]
         if empty:
             raise UserError(f"runs {', '.join(empty)} have none of --tasks {args.tasks}")
