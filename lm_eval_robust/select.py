@@ -50,6 +50,7 @@ class Candidate:
     auc_clean: float
     passes_clean: bool
     passes_drop: bool
+    style: str = "plain"  # the prompt style of the run the row comes from
 
     @property
     def target(self) -> bool:
@@ -72,7 +73,12 @@ def candidates(
     """
     from lm_eval_robust.metrics.classification import auc_clean
     from lm_eval_robust.report.pairing import label_runs
-    from lm_eval_robust.report.tables import ReportSettings, TaskSummary, build_report
+    from lm_eval_robust.report.tables import (
+        ReportSettings,
+        TaskSummary,
+        build_report,
+        prompt_style,
+    )
 
     paths = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
     runs = label_runs(paths, None)
@@ -83,12 +89,13 @@ def candidates(
                 raise UserError(f"{task} is in both {seen[task]} and {path}; give one run per task")
             seen[task] = path
     settings = ReportSettings(n_resamples=n_resamples)
-    summaries: list[tuple[TaskSummary, Any]] = []
+    summaries: list[tuple[TaskSummary, Any, str]] = []
     for run in runs:
         report = build_report([run], settings)
-        summaries += [(t, run.tasks.get(t.task)) for t in report.tasks]
+        style = prompt_style(run.results)
+        summaries += [(t, run.tasks.get(t.task), style) for t in report.tasks]
     out: list[Candidate] = []
-    for t, task_run in summaries:
+    for t, task_run, style in summaries:
         bc, dd = t.metrics["bac_clean"], t.metrics["delta_drop"]
         drop_ok = dd.value / 100 < -criteria.min_drop
         if criteria.significant:
@@ -107,6 +114,7 @@ def candidates(
             auc_clean=auc,
             passes_clean=bc.value / 100 >= criteria.min_clean_bac,
             passes_drop=drop_ok,
+            style=style,
         )
         out.append(c)
     return sorted(out, key=lambda c: (not c.target, c.distance(criteria), c.task))
@@ -152,13 +160,13 @@ def to_markdown(rows: Sequence[Candidate], criteria: Criteria, model: str) -> st
         + (" with a 95 % CI excluding 0" if criteria.significant else "")
         + ". Values in percent, [95 % BCa CI, source examples resampled as clusters].",
         "",
-        "| task | kind | n × K | BAC clean | δ_drop | maj. share clean | AUC clean | clean ok | "
-        "drop ok | target |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| task | kind | style | n × K | BAC clean | δ_drop | maj. share clean | AUC clean | "
+        "clean ok | drop ok | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.task.split('_')[0]} | {r.kind} | {r.n_examples} × "
+            f"| {r.task.split('_')[0]} | {r.kind} | {r.style} | {r.n_examples} × "
             f"{round(r.n_variants / max(r.n_examples, 1))} | "
             f"{_fmt_ci(r.bac_clean, r.bac_clean_ci)} | {_fmt_ci(r.delta_drop, r.delta_drop_ci)} | "
             f"{100 * r.maj_share_clean:.0f} | {r.auc_clean:.2f} | "

@@ -20,7 +20,7 @@ def test_filters_and_ranking(tmp_path: Path) -> None:
     rows = {r.task: r for r in candidates(str(run), Criteria(), n_resamples=300)}
     a = rows["ni065_format_pert"]  # clean 100, perturbed 75: a target
     assert a.bac_clean == pytest.approx(1.0) and a.delta_drop == pytest.approx(-0.25)
-    assert a.passes_clean and a.passes_drop and a.target
+    assert a.passes_clean and a.passes_drop and a.target and a.style == "plain"
     strict = {r.task: r for r in candidates(str(run), Criteria(min_clean_bac=1.01), 300)}
     assert not strict["ni065_format_pert"].target
     assert strict["ni065_format_pert"].distance(Criteria(min_clean_bac=1.01)) == pytest.approx(0.01)
