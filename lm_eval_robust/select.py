@@ -33,7 +33,9 @@ PASS_METADATA = '{"n_examples": 40, "n_perturbations": 2}'
 class Criteria:
     min_clean_bac: float = 0.70
     min_drop: float = 0.01
-    significant: bool = False  # also require the drop's CI to exclude 0
+    # also require the drop's whole CI beyond the threshold: a drop of more than min_drop,
+    # established at the CI's level (min_drop = 0: the CI excludes 0)
+    significant: bool = False
 
 
 @dataclass
@@ -99,7 +101,7 @@ def candidates(
         bc, dd = t.metrics["bac_clean"], t.metrics["delta_drop"]
         drop_ok = dd.value / 100 < -criteria.min_drop
         if criteria.significant:
-            drop_ok = drop_ok and dd.high / 100 < 0
+            drop_ok = drop_ok and dd.high / 100 < -criteria.min_drop
         auc = auc_clean(task_run.item_list()) if task_run is not None else math.nan
         c = Candidate(
             task=t.task,
@@ -157,7 +159,7 @@ def to_markdown(rows: Sequence[Candidate], criteria: Criteria, model: str) -> st
         "",
         f"Filters: clean BAC ≥ {100 * criteria.min_clean_bac:.0f} %, drop > "
         f"{100 * criteria.min_drop:.0f} point(s)"
-        + (" with a 95 % CI excluding 0" if criteria.significant else "")
+        + (" with the whole 95 % CI beyond it" if criteria.significant else "")
         + ". Values in percent, [95 % BCa CI, source examples resampled as clusters].",
         "",
         "| task | kind | style | n × K | BAC clean | δ_drop | maj. share clean | AUC clean | "
@@ -200,7 +202,11 @@ def main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--min-clean-bac", type=float, default=0.70)
     p.add_argument("--min-drop", type=float, default=0.01)
-    p.add_argument("--significant", action="store_true", help="the drop's CI must exclude 0")
+    p.add_argument(
+        "--significant",
+        action="store_true",
+        help="the drop's whole CI must lie beyond --min-drop (with --min-drop 0: exclude 0)",
+    )
     p.add_argument("--resamples", type=int, default=2000)
     p.add_argument("-o", "--out", default=None, help="write targets JSON (+ .md beside it)")
     args = p.parse_args(list(argv))

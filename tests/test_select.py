@@ -114,3 +114,14 @@ def test_report_keeps_the_targets_and_their_splits(tmp_path: Path) -> None:
     assert main([*argv[:1], str(hold), *argv[2:], "--quiet", "-o", str(out)]) == 0
     tasks = {t["task"] for t in json.loads((out / "report.json").read_text())["tasks"]}
     assert tasks == {"ni065_format_pert_holdout"}
+
+
+def test_significant_means_the_whole_ci_beyond_the_threshold(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "r", {"ni065_format_pert": _task_a(False)})
+    (row,) = candidates(str(run), Criteria(), n_resamples=300)
+    high = row.delta_drop_ci[1]
+    assert row.delta_drop < -0.1 and row.passes_drop  # a clear drop, by its point value
+    for min_drop, want in ((-high - 0.001, True), (-high + 0.01, False)):
+        crit = Criteria(min_drop=min_drop, significant=True)
+        (r,) = candidates(str(run), crit, n_resamples=300)
+        assert r.passes_drop is want  # the CI's upper bound is held against the threshold
