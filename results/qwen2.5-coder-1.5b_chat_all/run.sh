@@ -4,8 +4,9 @@
 # instance the offline data holds. ../qwen2.5-coder-1.5b_chat_targets found a significant drop on
 # this task that ridge debiasing fitted on 20 train examples made worse; this run asks whether the
 # full train split changes that. Otherwise as ../qwen2.5-coder-1.5b_ni220_all: 50/35/15 split,
-# K = 20 per test example, K = 5 per train example, bf16, prefix_cache=true; then the hold-out
-# split for the population certificates. The steps: ../protocol.sh.
+# K = 20 per test example, K = 5 per train example, bf16, prefix_cache=true. No hold-out run: with
+# m ≈ 40 hold-out examples P_H > 0 needs p_H above √(ln 40 / 2m) ≈ 0.19, far above the test
+# split's rates. The steps: ../protocol.sh.
 set -euo pipefail
 cd "$(dirname "$0")"
 TASKS="ni1297_text_pert"
@@ -19,4 +20,3 @@ fit_and_replay
 paired_report
 ridge_vs_batch
 plan_tables
-holdout
