@@ -179,6 +179,12 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
     p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
     p.add_argument("--psi", choices=["linear", "norm"], default="linear")
+    p.add_argument(
+        "--beta",
+        choices=["midpoint", "mean"],
+        default="midpoint",
+        help="ridge β: midpoint of the residual range (paper) or the residual mean",
+    )
     p.add_argument("--phi", type=float, default=0.05)
     p.add_argument("--batch-size", default="16")
     p.add_argument("--plot", default=None, help="constant method: write the search plot here")
@@ -255,6 +261,7 @@ def _fit_one(args: argparse.Namespace) -> int:
         alpha=_number_or_auto("--alpha", args.alpha),
         psi=args.psi,
         phi=args.phi,
+        beta=args.beta,
     )
     if args.features:
         feat_dir = Path(args.features)

@@ -243,3 +243,22 @@ def test_fit_takes_selects_targets_file(fitted, tmp_path: Path, capsys) -> None:
     assert "with --tasks, -o is a folder" in capsys.readouterr().err
     assert main(["fit", "-o", str(out)]) == 2
     assert "give --task TASK, or --tasks" in capsys.readouterr().err
+
+
+def test_fit_beta_rule_is_recorded(fitted, tmp_path: Path) -> None:
+    from lm_eval_robust.cli import main
+    from lm_eval_robust.correction import load
+    from lm_eval_robust.errors import UserError
+    from lm_eval_robust.fit.run import FitSettings
+
+    *_, root = fitted
+    feats = str(root / "ni322_format_pert_train")
+    argv = ["fit", "--task", "ni322_format_pert", "--features", feats, "--lam", "1"]
+    assert main([*argv, "--beta", "mean", "-o", str(tmp_path / "m.safetensors")]) == 0
+    assert main([*argv, "-o", str(tmp_path / "p.safetensors")]) == 0
+    mean, mid = load(tmp_path / "m.safetensors"), load(tmp_path / "p.safetensors")
+    assert (mean.stats["beta_rule"], mid.stats["beta_rule"]) == ("mean", "midpoint")
+    np.testing.assert_array_equal(mean.W, mid.W)
+    assert not np.allclose(mean.beta, mid.beta)
+    with pytest.raises(UserError, match="unknown beta rule"):
+        FitSettings(beta="median")

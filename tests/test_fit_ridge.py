@@ -353,3 +353,29 @@ def test_select_alpha_marks_singular_values_failed_and_skips_them():
             },
             lam=1.0,
         )
+
+
+def test_beta_mean_rule_and_how_it_differs_from_the_midpoint():
+    # one skewed target: residuals 0, 0, 0, 8 -> midpoint 4, mean 2
+    f = np.array([[0.0, 1.0], [0.0, -1.0], [0.0, 1.0], [8.0, -1.0]])
+    rr = ResidualRange(2)
+    rr.update(np.zeros((4, 2)), f, np.zeros((3, 2)))
+    np.testing.assert_allclose(rr.beta_by("midpoint"), [4.0, 0.0])
+    np.testing.assert_allclose(rr.beta_by("mean"), [2.0, 0.0])
+    with pytest.raises(ridge.FitError, match="unknown beta rule"):
+        rr.beta_by("median")
+    # on a fit: β = the mean of the dense residuals left after ψ(x̂)W, same W as the midpoint rule
+    x, f2, xc = _problem(seed=4)
+    mid = fit_ridge(x, f2, xc, lam=0.5, alpha=0.1, chunk=8)
+    mean = fit_ridge(x, f2, xc, lam=0.5, alpha=0.1, chunk=8, beta="mean")
+    np.testing.assert_array_equal(mid.W, mean.W)
+    r = f2 - psi_features(x) @ mean.W
+    np.testing.assert_allclose(mean.beta, r.mean(0), rtol=1e-8, atol=1e-10)
+
+
+def test_select_lambda_scores_the_rule_it_is_given():
+    data = _classification(seed=3)
+    a = select_lambda(lams_rel=(1e-3, 1.0), n_folds=3, **data)
+    b = select_lambda(lams_rel=(1e-3, 1.0), n_folds=3, beta="mean", **data)
+    assert a.baseline == b.baseline  # the uncorrected logits do not depend on β
+    assert [r["bac_pert"] for r in a.table] != [r["bac_pert"] for r in b.table]

@@ -35,6 +35,7 @@ from lm_eval_robust.errors import UserError
 
 __all__ = [
     "ALPHA_GRID",
+    "BETA_RULES",
     "LAMBDA_GRID_REL",
     "PSI_KINDS",
     "GramAccumulator",
@@ -365,6 +366,12 @@ def _try_cholesky(h: np.ndarray, jitter: float, tol: float) -> np.ndarray | None
 # residual pass for β
 
 
+# β of the residuals left after ψ(x̂)W: the paper's midpoint of their range (minimises the largest
+# residual, the quantity the certified radius bounds), or their mean (least squares; robust to a
+# skewed residual distribution, where the midpoint shifts every prediction)
+BETA_RULES = ("midpoint", "mean")
+
+
 def beta_midpoint(residual_min: ArrayLike, residual_max: ArrayLike) -> np.ndarray:
     """``β_i = ½(max_j R_ji + min_j R_ji)``: minimises ``max_j |R_ji − β_i|``."""
     return 0.5 * (np.asarray(residual_max, np.float64) + np.asarray(residual_min, np.float64))
@@ -377,6 +384,7 @@ class ResidualRange:
         self.d = int(d)
         self.rmin = np.full(self.d, np.inf)
         self.rmax = np.full(self.d, -np.inf)
+        self.rsum = np.zeros(self.d)
         self.n_rows = 0
 
     def update(self, x_pert: ArrayLike, f: ArrayLike, w: ArrayLike, chunk: int = 4096) -> None:
@@ -394,13 +402,23 @@ class ResidualRange:
             r = np.asarray(fc, dtype=np.float64) - _bias_from_w(xc, w)
             np.minimum(self.rmin, r.min(axis=0), out=self.rmin)
             np.maximum(self.rmax, r.max(axis=0), out=self.rmax)
+            self.rsum += r.sum(axis=0)
         self.n_rows += x.shape[0]
 
     @property
     def beta(self) -> np.ndarray:
+        """The paper's rule: the midpoint of the residual range."""
+        return self.beta_by("midpoint")
+
+    def beta_by(self, rule: str) -> np.ndarray:
+        """``β`` by one of :data:`BETA_RULES`."""
         if self.n_rows == 0:
             raise FitError("no rows seen; call update() first")
-        return beta_midpoint(self.rmin, self.rmax)
+        if rule == "midpoint":
+            return beta_midpoint(self.rmin, self.rmax)
+        if rule == "mean":
+            return self.rsum / self.n_rows
+        raise FitError(f"unknown beta rule {rule!r}; use one of {BETA_RULES}")
 
     @property
     def half_range(self) -> np.ndarray:
@@ -434,8 +452,9 @@ def fit_ridge(
     alpha: float = 0.0,
     psi: str = "linear",
     chunk: int = 4096,
+    beta: str = "midpoint",
 ) -> RidgeFit:
-    """Fit ``W`` (Gram solve) and ``β`` (residual midpoint) on in-memory arrays."""
+    """Fit ``W`` (Gram solve) and ``β`` (residual midpoint, or mean) on in-memory arrays."""
     x = _as_2d("x_pert", x_pert)
     fa = _as_2d("f", f)
     acc = GramAccumulator(x.shape[1], fa.shape[1], psi, chunk=chunk)
@@ -447,7 +466,7 @@ def fit_ridge(
     rr.update(x, fa, w, chunk=chunk)
     return RidgeFit(
         W=w,
-        beta=rr.beta,
+        beta=rr.beta_by(beta),
         lam=float(lam),
         alpha=float(alpha),
         psi=psi,
@@ -561,6 +580,7 @@ def select_alpha(
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
     chunk: int = 4096,
+    beta: str = "midpoint",
 ) -> Selection:
     """Choose the Gram-penalty ``α`` by K-fold cross-validation on TRAIN rows only.
 
@@ -596,6 +616,7 @@ def select_alpha(
         labels_clean=labels_clean,
         tie_tol=tie_tol,
         chunk=chunk,
+        beta=beta,
     )
 
 
@@ -617,6 +638,7 @@ def select_lambda(
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
     chunk: int = 4096,
+    beta: str = "midpoint",
 ) -> Selection:
     """Choose the ridge ``λ`` by K-fold cross-validation on TRAIN rows only.
 
@@ -647,6 +669,7 @@ def select_lambda(
         labels_clean=labels_clean,
         tie_tol=tie_tol,
         chunk=chunk,
+        beta=beta,
     )
 
 
@@ -669,6 +692,7 @@ def _select(
     labels_clean: ArrayLike | None,
     tie_tol: float,
     chunk: int,
+    beta: str = "midpoint",
 ) -> Selection:
     """Shared CV loop: ``param`` is "alpha" (grid = α, fixed = λ) or "lambda" (grid = λ/mean
     diag, fixed = α)."""
@@ -774,7 +798,7 @@ def _select(
         rr = ResidualRange(w_all.shape[1])
         tr = fold != j
         rr.update(x[tr], np.tile(fa[tr], (1, len(ok))), w_all, chunk=chunk)
-        beta_all = rr.beta
+        beta_all = rr.beta_by(beta)
         held = fold == j
         held_c = fold_c == j
         if held.any():

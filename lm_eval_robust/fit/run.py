@@ -25,7 +25,13 @@ from lm_eval_robust.fit.radii import (
     perturbation_bound,
     robustness_radii,
 )
-from lm_eval_robust.fit.ridge import fit_ridge, predict_bias, select_alpha, select_lambda
+from lm_eval_robust.fit.ridge import (
+    BETA_RULES,
+    fit_ridge,
+    predict_bias,
+    select_alpha,
+    select_lambda,
+)
 from lm_eval_robust.tasks.specs import get_spec
 
 log = logging.getLogger(__name__)
@@ -42,10 +48,13 @@ class FitSettings:
     phi: float = 0.05
     m: int | None = None
     n_folds: int = 5
+    beta: str = "midpoint"  # ridge β: the paper's residual-range midpoint, or the residual mean
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UserError(f"unknown fit method {self.method!r}; use one of {list(METHODS)}")
+        if self.beta not in BETA_RULES:
+            raise UserError(f"unknown beta rule {self.beta!r}; use one of {list(BETA_RULES)}")
         if self.psi not in ("linear", "norm"):
             raise UserError(f"unknown psi {self.psi!r}; use 'linear' or 'norm'")
         if not 0 < self.phi < 1:
@@ -154,6 +163,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         psi=settings.psi,
         n_folds=settings.n_folds,
         labels_clean=p.gold_clean,
+        beta=settings.beta,
     )
     lam = settings.lam
     alpha = 0.0 if settings.alpha is None else settings.alpha
@@ -165,7 +175,10 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         sel_a = select_alpha(lam=lam, **cv_args)  # type: ignore[arg-type]
         alpha = float(sel_a.value)
         stats["alpha_selection"] = {"criterion": sel_a.criterion, "table": sel_a.table}
-    fit = fit_ridge(p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi)
+    fit = fit_ridge(
+        p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi, beta=settings.beta
+    )
+    stats["beta_rule"] = settings.beta
     after = _radii(p, f - predict_bias(fit, p.x_pert), feats, settings)
     stats["radii"] = _radii_stats(before, after)
     return Correction.from_ridge(fit, **identity)
