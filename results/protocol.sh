@@ -12,6 +12,8 @@
 #   ridge_vs_batch    ridge paired directly with batch calibration (report_ridge_vs_batch_cal/)
 #   plan_tables       examples needed for a 1-point effect, this run as the pilot (plan_*.md)
 #   holdout           the hold-out split with the corrections replayed, and its report
+#   beta_mean         ridge refitted with β = the residual mean (fit --beta mean), replayed, and
+#                     reported beside the midpoint rule and batch calibration (report_beta_mean/)
 # Every step runs in the calling script's folder; data from LM_EVAL_ROBUST_DATA_DIR.
 set -euo pipefail
 : "${LM_EVAL_ROBUST_DATA_DIR:=../../../shared/data}"
@@ -77,4 +79,18 @@ holdout() {
   done
   lm-eval-robust report holdout_run holdout_run_ridge holdout_run_batch_calibration \
     holdout_run_clean_calibration --labels "$LABELS" -o report_holdout
+}
+
+beta_mean() {  # ridge with β = the residual mean (fit --beta mean), beside the paper's midpoint
+  local t
+  mkdir -p corrections_ridge_mean
+  : > fit_log_beta_mean.jsonl
+  for t in $TASKS; do
+    lm-eval-robust fit --task "$t" --features "features/${t}_train" --method ridge --beta mean \
+      -o "corrections_ridge_mean/$t.safetensors" | tee -a fit_log_beta_mean.jsonl
+  done
+  lm-eval-robust replay base_run --features features --correction corrections_ridge_mean \
+    -o run_ridge_mean
+  lm-eval-robust report base_run run_ridge run_ridge_mean run_batch_calibration \
+    --labels base,ridge_midpoint,ridge_mean,batch_cal -o report_beta_mean
 }

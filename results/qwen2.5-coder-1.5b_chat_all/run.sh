@@ -20,3 +20,4 @@ fit_and_replay
 paired_report
 ridge_vs_batch
 plan_tables
+beta_mean
