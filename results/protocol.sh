@@ -1,8 +1,10 @@
 # The paired protocol that the Qwen scripts under results/ share; sourced, not run. Set first:
 #   TASKS     the test tasks, space-separated (e.g. "ni220_text_pert")
-#   MA        debiased_hf's --model_args (e.g. pretrained=qwen2.5-coder-1.5b-instruct,...)
-#   MD_TEST   --metadata of the test and hold-out runs; MD_TRAIN of the train run
-#   LM_EXTRA  optional extra lm_eval arguments (e.g. --apply_chat_template)
+# and, where a script differs from these defaults:
+#   MA        debiased_hf's --model_args (Qwen2.5-Coder 1.5B Instruct, bf16, shared-prefix cache)
+#   MD_TEST   --metadata of the test and hold-out runs (every offline instance, K = 20, text
+#             perturbations of the query); MD_TRAIN of the train run (the same with K = 5)
+#   LM_EXTRA  extra lm_eval arguments (e.g. --apply_chat_template)
 # then call the steps, in this order:
 #   base_and_train    real base run on the test split (samples logged) and the train run, both
 #                     collecting features; a run whose folder exists is not repeated
@@ -19,6 +21,9 @@ set -euo pipefail
 : "${LM_EVAL_ROBUST_DATA_DIR:=../../../shared/data}"
 export LM_EVAL_ROBUST_DATA_DIR
 LM_EXTRA="${LM_EXTRA:-}"
+: "${MA:=pretrained=qwen2.5-coder-1.5b-instruct,prefix_cache=true}"
+[ -n "${MD_TEST:-}" ] || MD_TEST='{"n_perturbations": 20, "n_examples": 1000, "text_scope": "query"}'
+[ -n "${MD_TRAIN:-}" ] || MD_TRAIN='{"n_perturbations": 5, "n_examples": 1000, "text_scope": "query"}'
 METHODS="ridge batch_calibration clean_calibration"
 LABELS="base,debiased,batch_cal,clean_cal"
 

@@ -11,7 +11,6 @@ cd "$(dirname "$0")"
 TASKS="ni296_text_pert ni1297_text_pert"
 MD_TEST='{"n_perturbations": 20, "n_examples": 40, "text_scope": "query"}'
 MD_TRAIN='{"n_perturbations": 5, "n_examples": 40, "text_scope": "query"}'
-MA=pretrained=qwen2.5-coder-1.5b-instruct,prefix_cache=true
 LM_EXTRA=--apply_chat_template
 source ../protocol.sh
 base_and_train

@@ -6,7 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 TASKS="ni220_text_pert"
-MD_TEST='{"n_perturbations": 20, "n_examples": 1000, "text_scope": "query"}'
-MA=pretrained=qwen2.5-coder-1.5b-instruct,prefix_cache=true
 source ../protocol.sh
 holdout
