@@ -10,9 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 TASKS="ni1297_text_pert"
-MD_TEST='{"n_perturbations": 20, "n_examples": 1000, "text_scope": "query"}'
-MD_TRAIN='{"n_perturbations": 5, "n_examples": 1000, "text_scope": "query"}'
-MA=pretrained=qwen2.5-coder-1.5b-instruct,prefix_cache=true
 LM_EXTRA=--apply_chat_template
 source ../protocol.sh
 base_and_train
