@@ -71,7 +71,8 @@ def candidates(
     """Evaluate the filters on every task of one or more runs (values as fractions).
 
     Several runs (e.g. full-size reruns of a pilot's targets, one folder per task) are read as
-    one table; a task in two of them is an error, since the two would disagree.
+    one table; a task in two of them with the same prompt style is an error, since the two would
+    disagree (in two styles it is two rows).
     """
     from lm_eval_robust.metrics.classification import auc_clean
     from lm_eval_robust.report.pairing import label_runs
@@ -84,12 +85,16 @@ def candidates(
 
     paths = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
     runs = label_runs(paths, None)
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
     for path, run in zip(paths, runs, strict=True):
+        style = prompt_style(run.results)
         for task in run.tasks:
-            if task in seen:
-                raise UserError(f"{task} is in both {seen[task]} and {path}; give one run per task")
-            seen[task] = path
+            if (task, style) in seen:
+                raise UserError(
+                    f"{task} ({style} prompts) is in both {seen[(task, style)]} and {path}; "
+                    "give one run per task and prompt style"
+                )
+            seen[(task, style)] = path
     settings = ReportSettings(n_resamples=n_resamples)
     summaries: list[tuple[TaskSummary, Any, str]] = []
     for run in runs:

@@ -45,8 +45,16 @@ def test_several_runs_make_one_table_and_a_task_twice_is_refused(tmp_path: Path)
     both = {r.task: r for r in rows}
     assert both["ni220_format_pert"].delta_drop == alone["ni220_format_pert"].delta_drop
     c = _write_run(tmp_path / "c", {"ni065_format_pert": _task_a(False)})
-    with pytest.raises(UserError, match=r"ni065_format_pert is in both .* give one run per task"):
+    with pytest.raises(UserError, match=r"ni065_format_pert \(plain prompts\) is in both .* give"):
         candidates([str(a), str(c)], Criteria(), n_resamples=200)
+    # the same task in the chat style is another row, not a clash
+    (res,) = c.glob("*/results_*.json")
+    res.write_text(json.dumps({**json.loads(res.read_text()), "chat_template": "<chat>"}))
+    rows = candidates([str(a), str(c)], Criteria(), n_resamples=200)
+    assert sorted((r.task, r.style) for r in rows) == [
+        ("ni065_format_pert", "chat"),
+        ("ni065_format_pert", "plain"),
+    ]
 
 
 def test_select_needs_runs_or_a_model(capsys: pytest.CaptureFixture[str]) -> None:
