@@ -127,6 +127,11 @@ def candidates(
     return sorted(out, key=lambda c: (not c.target, c.distance(criteria), c.task))
 
 
+def target_tasks(rows: Sequence[Candidate]) -> list[str]:
+    """The target tasks, each once (a task can pass in two prompt styles), in table order."""
+    return list(dict.fromkeys(r.task for r in rows if r.target))
+
+
 def read_task_list(value: str) -> list[str]:
     """Tasks from a comma list, or from a targets JSON file that ``select -o`` wrote."""
     if value.endswith(".json"):
@@ -180,7 +185,7 @@ def to_markdown(rows: Sequence[Candidate], criteria: Criteria, model: str) -> st
             f"{'yes' if r.passes_clean else 'no'} | {'yes' if r.passes_drop else 'no'} | "
             f"{'**yes**' if r.target else 'no'} |"
         )
-    targets = [r.task for r in rows if r.target]
+    targets = target_tasks(rows)
     lines += [
         "",
         f"Targets: {', '.join(targets) if targets else 'none'}."
@@ -224,7 +229,7 @@ def main(argv: Sequence[str]) -> int:
         )
     runs = list(args.run) or [_screening_pass(args)]
     rows = candidates(runs, crit, args.resamples)
-    md = to_markdown(rows, crit, ", ".join(Path(r).name for r in runs))
+    md = to_markdown(rows, crit, ", ".join(runs))
     print(md)
     if args.out:
         out = Path(args.out)
@@ -234,7 +239,7 @@ def main(argv: Sequence[str]) -> int:
         payload = {
             "runs": runs,
             "criteria": asdict(crit),
-            "targets": [r.task for r in rows if r.target],
+            "targets": target_tasks(rows),
             "table": [{**asdict(r), "target": r.target} for r in rows],
         }
         out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

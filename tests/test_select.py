@@ -10,7 +10,7 @@ from test_report import _task_a, _task_b, _write_run
 
 from lm_eval_robust.cli import main
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.select import Criteria, candidates, read_task_list
+from lm_eval_robust.select import Criteria, candidates, read_task_list, target_tasks
 
 
 def test_filters_and_ranking(tmp_path: Path) -> None:
@@ -55,6 +55,7 @@ def test_several_runs_make_one_table_and_a_task_twice_is_refused(tmp_path: Path)
         ("ni065_format_pert", "chat"),
         ("ni065_format_pert", "plain"),
     ]
+    assert target_tasks(rows) == ["ni065_format_pert"]  # a target once, whatever its styles
 
 
 def test_select_needs_runs_or_a_model(capsys: pytest.CaptureFixture[str]) -> None:
