@@ -16,6 +16,7 @@
 #   holdout           the hold-out split with the corrections replayed, and its report
 #   beta_mean         ridge refitted with β = the residual mean (fit --beta mean), replayed, and
 #                     reported beside the midpoint rule and batch calibration (report_beta_mean/)
+#   full_protocol     base_and_train, fit_and_replay, paired_report, ridge_vs_batch, plan_tables
 # Every step runs in the calling script's folder; data from LM_EVAL_ROBUST_DATA_DIR.
 set -euo pipefail
 : "${LM_EVAL_ROBUST_DATA_DIR:=../../../shared/data}"
@@ -98,4 +99,12 @@ beta_mean() {  # ridge with β = the residual mean (fit --beta mean), beside the
     -o run_ridge_mean
   lm-eval-robust report base_run run_ridge run_ridge_mean run_batch_calibration \
     --labels base,ridge_midpoint,ridge_mean,batch_cal -o report_beta_mean
+}
+
+full_protocol() {  # the full-size runs' steps, in order
+  base_and_train
+  fit_and_replay
+  paired_report
+  ridge_vs_batch
+  plan_tables
 }

@@ -12,9 +12,5 @@ cd "$(dirname "$0")"
 TASKS="ni1297_text_pert"
 LM_EXTRA=--apply_chat_template
 source ../protocol.sh
-base_and_train
-fit_and_replay
-paired_report
-ridge_vs_batch
-plan_tables
+full_protocol
 beta_mean

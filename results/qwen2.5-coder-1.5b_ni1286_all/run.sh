@@ -11,8 +11,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 TASKS="ni1286_text_pert"
 source ../protocol.sh
-base_and_train
-fit_and_replay
-paired_report
-ridge_vs_batch
-plan_tables
+full_protocol

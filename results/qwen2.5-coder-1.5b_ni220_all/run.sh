@@ -10,8 +10,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 TASKS="ni220_text_pert"
 source ../protocol.sh
-base_and_train
-fit_and_replay
-paired_report
-ridge_vs_batch
-plan_tables
+full_protocol
