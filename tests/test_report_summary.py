@@ -76,3 +76,15 @@ def test_fit_radius_change_is_averaged_over_the_tasks_that_have_it(tmp_path: Pat
         "ni220_format_pert": 40.0,
         "ni065_format_pert": 10.0,
     }
+
+
+def test_a_run_with_fewer_tasks_than_another(tmp_path: Path) -> None:
+    """Each run is summarised over its own pairs; a task another run has does not matter."""
+    base, deb = _runs(tmp_path)
+    runs = pairing.label_runs([base, deb, deb], ["base", "all", "one"])
+    only = sorted(runs[2].tasks)[0]
+    runs[2] = replace(runs[2], tasks={only: runs[2].tasks[only]}, fits={only: {"p_eps_V": 7.0}})
+    runs[1] = replace(runs[1], fits={t: {"p_eps_V": 40.0} for t in runs[1].tasks})
+    lines = summary_markdown(build_report(runs, FAST))
+    cells = _cells(lines, "format", "p_εV (fit)")
+    assert cells[2:] == ["40.0", "0.0", "2", "7.0", "–", "1"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lm_eval_robust.report.tables import markdown_table
+from lm_eval_robust.report.tables import FIT_LABELS, FIT_STATS, markdown_table
 
 if TYPE_CHECKING:
     from lm_eval_robust.report.tables import Report
@@ -44,7 +44,6 @@ def _kinds(report: Report) -> list[str]:
 
 def summary_markdown(report: Report) -> list[str]:
     """Markdown lines; empty when the report has no paired runs."""
-
     if not report.pairs:
         return []
     others = list(dict.fromkeys(p.other for p in report.pairs))
@@ -60,7 +59,7 @@ def summary_markdown(report: Report) -> list[str]:
     for o in others:
         header += [f"{o}: mean", "std", "n"]
     rows = []
-    fits = {(t.run, t.task): t.fit for t in report.tasks}
+    by_key = {(t.run, t.task): t for t in report.tasks}
     for kind in _kinds(report):
         for name in TABLE3:
             row = [kind, name]
@@ -71,21 +70,19 @@ def summary_markdown(report: Report) -> list[str]:
                 m, s, n = mean_std(vals)
                 row += [_fmt(m), _fmt(s), str(n)]
             rows.append(row)
-        for name, label in (("p_eps_V", "p_εV (fit)"), ("p_eps_L", "p_εL (fit)")):
+        for name in FIT_STATS:
             fit_cells: list[str] = []
             for o in others:
-                got = [fits[(o, p.task)].get(name) for p in report.pairs]
-                vals = [
-                    float(v)
-                    for p, v in zip(report.pairs, got, strict=True)
-                    if p.other == o and p.kind == kind and isinstance(v, int | float)
+                got = [
+                    by_key[(o, p.task)].fit.get(name)
+                    for p in report.pairs
+                    if p.other == o and p.kind == kind
                 ]
-                m, s, n = mean_std(vals)
+                m, s, n = mean_std([float(v) for v in got if isinstance(v, int | float)])
                 fit_cells += [_fmt(m), _fmt(s), str(n)]
             if any(c != "0" for c in fit_cells[2::3]):
-                rows.append([kind, label, *fit_cells])
+                rows.append([kind, FIT_LABELS[name], *fit_cells])
     out += [*markdown_table(header, rows).splitlines(), ""]
-    by_key = {(t.run, t.task): t for t in report.tasks}
     header = ["kind", "run", "p_C", "p_H", "p_C'", "p_H'", "P_C", "P_H", "P_C'", "P_H'", "n"]
     rows = []
     for kind in _kinds(report):
