@@ -145,7 +145,6 @@ def _cmd_perturb(argv: Sequence[str]) -> int:
 
 
 def _cmd_fit(argv: Sequence[str]) -> int:
-
     p = OneLineArgumentParser(
         prog="lm-eval-robust fit",
         description=(

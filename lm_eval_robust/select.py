@@ -85,9 +85,9 @@ def candidates(
 
     paths = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
     runs = label_runs(paths, None)
+    styles = [prompt_style(run.results) for run in runs]
     seen: dict[tuple[str, str], str] = {}
-    for path, run in zip(paths, runs, strict=True):
-        style = prompt_style(run.results)
+    for path, run, style in zip(paths, runs, styles, strict=True):
         for task in run.tasks:
             if (task, style) in seen:
                 raise UserError(
@@ -97,9 +97,8 @@ def candidates(
             seen[(task, style)] = path
     settings = ReportSettings(n_resamples=n_resamples)
     summaries: list[tuple[TaskSummary, Any, str]] = []
-    for run in runs:
+    for run, style in zip(runs, styles, strict=True):
         report = build_report([run], settings)
-        style = prompt_style(run.results)
         summaries += [(t, run.tasks.get(t.task), style) for t in report.tasks]
     out: list[Candidate] = []
     for t, task_run, style in summaries:
