@@ -349,7 +349,9 @@ def read_safetensors(
         )
     if p.is_dir():
         raise CorrectionError(f"{p} is a directory; expected a .safetensors correction file")
-    raw = p.read_bytes()
+    from lm_eval_robust.validate import read_bytes
+
+    raw = read_bytes(p, "correction file", f"pass a readable file; {_FIT_HINT}", CorrectionError)
     header = _header(raw)
     if header is None:
         if _looks_like_pickle(raw[:8], p):

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.offline_models import resolve_pretrained
 from lm_eval_robust.prefix_cache import PrefixCache, inference_context
+from lm_eval_robust.validate import check_debiased_hf_args, parse_bool
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ class DebiasedHFLM(HFLM):
         lora: str | None = None,
         **kwargs: Any,
     ) -> None:
+        paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
+        check_debiased_hf_args(resolve_pretrained(pretrained), prefix_cache, paths, kwargs)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             if "tokenizer" not in kwargs:
@@ -646,7 +649,7 @@ class FeatureError(UserError):
 
 
 def _truthy(value: bool | str) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes")
+    return parse_bool(value, "prefix_cache")
 
 
 def _is_ours(req: Any) -> bool:

@@ -88,6 +88,9 @@ class PairedFeatures:
 def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from safetensors import SafetensorError, safe_open
 
+    from lm_eval_robust.validate import regular_file
+
+    regular_file(path, "feature shard", "remove it and collect again", FeatureFileError)
     try:
         with safe_open(str(path), framework="numpy") as fh:
             meta = fh.metadata() or {}
@@ -101,6 +104,45 @@ def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return tensors, json.loads(meta["lm_eval_robust"])
 
 
+def _signature(tensors: dict[str, np.ndarray], header: dict[str, Any]) -> str:
+    """What every shard of one collection shares: task, model, prompt style and widths."""
+    x, lg = tensors.get("x"), tensors.get("label_logits")
+    return json.dumps(
+        [
+            header.get("task"),
+            header.get("fingerprint"),
+            str(header.get("prompt_style", "plain")),
+            None if x is None else list(x.shape[1:]),
+            None if lg is None else list(lg.shape[1:]),
+        ],
+        sort_keys=True,
+    )
+
+
+def _check_one_collection(
+    d: Path, shards: list[Path], parts: list[tuple[dict[str, np.ndarray], dict[str, Any]]]
+) -> None:
+    """Shards of one folder must come from one collection: name the stale ones if not."""
+    newest = max(range(len(shards)), key=lambda i: shards[i].stat().st_mtime)
+    sig = _signature(*parts[newest])
+    stale = [s.name for s, p in zip(shards, parts, strict=True) if _signature(*p) != sig]
+    if not stale:
+        seen: dict[tuple[str, int], str] = {}
+        for s, (t, h) in zip(shards, parts, strict=True):
+            for e, pid in zip(h.get("example_id", []), t.get("pert_id", []), strict=False):
+                other = seen.setdefault((str(e), int(pid)), s.name)
+                if other != s.name:
+                    older = min((other, s.name), key=lambda n: (d / n).stat().st_mtime)
+                    stale.append(older)
+                    break
+    if stale:
+        raise FeatureFileError(
+            f"stale feature shard(s) {', '.join(sorted(set(stale)))} in {d} come from another "
+            f"collection than {shards[newest].name} (other task, model, settings or the same "
+            "prompts twice); delete them, or collect into an empty folder"
+        )
+
+
 def load_features(directory: str | Path) -> Features:
     """Merge the rank shards of one task folder."""
     d = Path(directory)
@@ -111,11 +153,10 @@ def load_features(directory: str | Path) -> Features:
             "collect_features=DIR on a _train task"
         )
     parts = [_read_shard(s) for s in shards]
+    _check_one_collection(d, shards, parts)
     tasks = {h["task"] for _, h in parts}
     fps = {json.dumps(h["fingerprint"], sort_keys=True) for _, h in parts}
     styles = {str(h.get("prompt_style", "plain")) for _, h in parts}
-    if len(tasks) != 1 or len(fps) != 1 or len(styles) != 1:
-        raise FeatureFileError(f"shards in {d} come from different tasks or models; recollect")
     cat = {k: np.concatenate([t[k] for t, _ in parts]) for k in parts[0][0] if k != "head_rows"}
     ex = np.array([e for _, h in parts for e in h["example_id"]], dtype=object)
     order = np.lexsort((cat["pert_id"], ex.astype(str)))

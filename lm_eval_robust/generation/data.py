@@ -111,6 +111,9 @@ def load_records(dataset: str, data_dir: str | os.PathLike[str] | None = None) -
     if dataset not in SOURCES:
         raise DataError(f"unknown generation dataset {dataset!r}; known: {sorted(SOURCES)}")
     path = _path(dataset, data_dir)
+    from lm_eval_robust.validate import regular_file
+
+    regular_file(path, "data file", "make it readable or point data_dir at another copy", DataError)
     out: list[Record] = []
     with path.open(encoding="utf-8") as fh:
         for i, line in enumerate(fh):

@@ -38,6 +38,7 @@ from lm_eval_robust.perturb.rng import seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
 from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
 from lm_eval_robust.tasks.settings import metadata_int, text_settings
+from lm_eval_robust.validate import check_doc_budget, check_metadata_keys
 
 __all__ = [
     "GEN_TASKS",
@@ -154,6 +155,7 @@ class GenConfig:
         def as_int(key: str, minimum: int, default: int | None) -> int | None:
             return metadata_int(md, key, default, minimum, GenConfigError)
 
+        check_metadata_keys(md, GenConfigError)
         kinds, rate, scope = text_settings(
             md, cls.text_kinds, cls.text_rate, cls.text_scope, GenConfigError
         )
@@ -262,6 +264,10 @@ def build_docs(name: str, kind: str, split: str, config: GenConfig) -> list[dict
         raise GenConfigError(f"unknown split {split!r}; use one of {list(SPLITS)}")
     task = get_task(name)
     data = load_gen_data(task, config)
+    n_ids = len(config.pert_ids(split)) if kind == "text" else 0
+    recs = data.splits[split]
+    chars = len(join(build_prompt(data, recs[0], config))) if recs else 0
+    check_doc_budget(f"{name}_{kind}", len(recs), n_ids + 1, chars, GenConfigError)
     ids = list(config.pert_ids(split)) if kind == "text" else []
     text_cfg = TextPerturbConfig(
         kinds=config.text_kinds, rate=config.text_rate, scope=config.text_scope

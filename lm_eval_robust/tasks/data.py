@@ -84,9 +84,12 @@ def load_ni_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> d
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    from lm_eval_robust.validate import read_bytes
+
+    fix = "make it readable or point data_dir at another copy"
+    raw = read_bytes(path, "task file", fix, DataError)
     try:
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)  # NI files may hold NaN (task158's URL); json accepts it
+        data = json.loads(raw.decode("utf-8"))  # NI files may hold NaN (task158's URL)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is not valid JSON ({exc}); replace the file") from None
     if not isinstance(data, dict) or "Instances" not in data or "Definition" not in data:

@@ -38,6 +38,7 @@ from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
 from lm_eval_robust.tasks.data import load_ni_task
 from lm_eval_robust.tasks.settings import metadata_int, text_settings
 from lm_eval_robust.tasks.specs import TaskSpec, Values, get_spec
+from lm_eval_robust.validate import check_doc_budget, check_metadata_keys
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class NIConfig:
         def as_int(key: str, minimum: int) -> int:
             return metadata_int(md, key, getattr(cls, key), minimum, TaskConfigError) or 0
 
+        check_metadata_keys(md, TaskConfigError)
         kinds, rate, scope = text_settings(
             md, cls.text_kinds, cls.text_rate, cls.text_scope, TaskConfigError
         )
@@ -327,6 +329,8 @@ def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[
     if not examples:
         raise TaskConfigError(f"{spec.short}: split {split!r} is empty; raise n_examples")
     k = 0 if kind == "clean" else config.n_perturbations
+    chars = len(join(build_prompt(data, spec.clean_format, examples[0])[0]))
+    check_doc_budget(f"{spec.short}_{kind}", len(examples), k + 1, chars, TaskConfigError)
     text_cfg = (
         TextPerturbConfig(kinds=config.text_kinds, rate=config.text_rate, scope=config.text_scope)
         if kind == "text"

@@ -1,0 +1,257 @@
+"""Checks of user input that run before any work starts, each failing with one line.
+
+Booleans, model args, dtypes, files offered as inputs, ``--metadata`` keys and the size of a
+task's docs. Every check raises the caller's :class:`UserError` subclass (or ``UserError``) with a
+message that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lm_eval_robust.errors import UserError
+
+TRUE_WORDS = ("true", "yes", "y", "on", "1", "t")
+FALSE_WORDS = ("false", "no", "n", "off", "0", "f")
+
+
+def parse_bool(value: Any, name: str, error: type[UserError] = UserError) -> bool:
+    """``value`` as a boolean: True/False, or one of the usual spellings; anything else refused."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE_WORDS:
+        return True
+    if text in FALSE_WORDS:
+        return False
+    raise error(f"{name}={value!r} is not a boolean; use {name}=true or {name}=false")
+
+
+def nearest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (None when nothing is reasonably close)."""
+    found = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    near = nearest(word, choices)
+    return f"did you mean {near!r}?" if near else f"valid: {', '.join(sorted(set(choices)))}"
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+
+def regular_file(path: str | os.PathLike[str], what: str, fix: str, error: type[UserError]) -> Path:
+    """``path`` must be an existing, readable regular file (not a folder, FIFO or device).
+
+    The file is opened without blocking (a FIFO with no writer would otherwise hang the caller).
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise error(f"{what} {p} not found; {fix}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {p} ({exc.strerror or exc}); {fix}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {p} is a folder, not a file; {fix}")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {p} is not a regular file (a FIFO, socket or device); {fix}")
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        os.close(fd)
+    except OSError as exc:
+        reason = "permission denied" if exc.errno == errno.EACCES else exc.strerror or str(exc)
+        raise error(f"cannot read {what} {p} ({reason}); {fix}") from None
+    return p
+
+
+def read_bytes(path: str | os.PathLike[str], what: str, fix: str, error: type[UserError]) -> bytes:
+    """The bytes of a checked regular file (see :func:`regular_file`)."""
+    p = regular_file(path, what, fix, error)
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {what} {p} ({exc.strerror or exc}); {fix}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# model args
+
+#: torch dtypes a model may be loaded in (plus "auto", which keeps the checkpoint's)
+DTYPES = ("auto", "float32", "float16", "bfloat16", "float64", "half", "float", "double")
+
+#: ``from_pretrained`` keyword arguments that HFLM forwards (beyond its own parameters)
+FROM_PRETRAINED_KWARGS = (
+    "attn_implementation",
+    "cache_dir",
+    "config",
+    "device_map",
+    "force_download",
+    "gguf_file",
+    "key_mapping",
+    "load_in_4bit",
+    "load_in_8bit",
+    "local_files_only",
+    "low_cpu_mem_usage",
+    "max_memory",
+    "offload_folder",
+    "offload_state_dict",
+    "output_loading_info",
+    "quantization_config",
+    "token",
+    "torch_dtype",
+    "tp_plan",
+    "use_auth_token",
+    "use_safetensors",
+    "variant",
+)
+
+
+def model_arg_names() -> set[str]:
+    """Every model arg ``debiased_hf`` understands: its own, HFLM's and ``from_pretrained``'s."""
+    import inspect
+
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    names: set[str] = set(FROM_PRETRAINED_KWARGS)
+    for cls in (DebiasedHFLM, HFLM):
+        for p in inspect.signature(cls.__init__).parameters.values():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self":
+                names.add(p.name)
+    return names
+
+
+def check_dtype(dtype: Any, flag: str, error: type[UserError] = UserError) -> None:
+    """A dtype given by name must be one torch loads models in."""
+    if dtype is None or not isinstance(dtype, str):
+        return
+    if dtype.strip().lower() not in DTYPES:
+        raise error(
+            f"{flag} {dtype!r} is not a dtype; {_did_you_mean(dtype, DTYPES[1:4])} "
+            f"(use one of {', '.join(DTYPES[:4])})"
+        )
+
+
+def check_model_folder(pretrained: Any, error: type[UserError] = UserError) -> None:
+    """A local ``pretrained`` folder must hold a model (config.json); a hub id passes."""
+    if not isinstance(pretrained, str) or not pretrained:
+        return
+    p = Path(pretrained)
+    if p.is_dir() and not (p / "config.json").is_file():
+        listing = sorted(x.name for x in p.iterdir())[:5]
+        held = f"it holds {', '.join(listing)}" if listing else "it is empty"
+        raise error(
+            f"pretrained={pretrained} is a folder without config.json ({held}); pass a folder "
+            "written by save_pretrained, a hub id or gemma-3-270m"
+        )
+    if p.exists() and not p.is_dir() and p.suffix != ".gguf":
+        raise error(f"pretrained={pretrained} is a file; pass a model folder, a hub id or alias")
+
+
+def check_model_args(kwargs: Mapping[str, Any], error: type[UserError] = UserError) -> None:
+    """Unknown model args (with the nearest known one) and bad dtypes, before anything loads."""
+    known = model_arg_names()
+    for key in kwargs:
+        if key not in known:
+            raise error(
+                f"unknown model arg {key!r}; {_did_you_mean(key, known)} "
+                "(see the debiased_hf model args in the README)"
+            )
+    check_dtype(kwargs.get("dtype"), "dtype=", error)
+    check_dtype(kwargs.get("torch_dtype"), "torch_dtype=", error)
+
+
+# ---------------------------------------------------------------------------------------------
+# task settings
+
+#: keys lm-eval itself puts into every task's metadata
+HARNESS_KEYS = ("version", "num_fewshot", "description", "task", "tag", "group")
+
+
+def task_setting_names() -> set[str]:
+    """Every ``--metadata`` key of our task families (NI and generation)."""
+    from dataclasses import fields
+
+    from lm_eval_robust.generation.tasks import GenConfig
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    names = {f.name for f in fields(NIConfig)} | {f.name for f in fields(GenConfig)}
+    return names - {"extra", "split_fractions"}
+
+
+def check_metadata_keys(md: Mapping[str, Any], error: type[UserError]) -> None:
+    """Refuse a misspelt setting with the nearest valid key.
+
+    The harness merges ``--model_args`` into every task's metadata and passes keys of either of
+    our task families to both, so model args and the other family's settings are accepted.
+    """
+    ours = task_setting_names()
+    left = [k for k in md if not str(k).startswith("lmer_") and k not in ours]
+    left = [k for k in left if k not in HARNESS_KEYS]
+    if left:
+        models = model_arg_names()  # imports the model class: only when needed
+        left = [k for k in left if k not in models]
+    for key in left:
+        raise error(
+            f"unknown setting {key!r} in --metadata; {_did_you_mean(str(key), ours)} "
+            f"(valid: {', '.join(sorted(ours))})"
+        )
+
+
+#: a conservative estimate of the memory one doc takes beyond its prompt text (dict, Arrow copy)
+DOC_OVERHEAD_BYTES = 2048
+
+
+def memory_bytes() -> int | None:
+    """The machine's physical memory, or None where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_doc_budget(
+    task: str, n_examples: int, n_prompts: int, prompt_chars: int, error: type[UserError]
+) -> None:
+    """Refuse a task whose docs could not fit in memory (n_examples x n_prompts prompts)."""
+    total = memory_bytes()
+    if total is None:
+        return
+    n_docs = n_examples * n_prompts
+    need = n_docs * (3 * prompt_chars + DOC_OVERHEAD_BYTES)  # text, its Arrow copy, the dict
+    if need > total // 2:
+        most = max(1, (total // 2) // (n_examples * (3 * prompt_chars + DOC_OVERHEAD_BYTES)) - 1)
+        raise error(
+            f"{task}: {n_examples} examples x {n_prompts} prompts = {n_docs:.3g} docs need about "
+            f"{need / 2**30:.3g} GiB, more than half of this machine's {total / 2**30:.0f} GiB; "
+            f"lower n_perturbations (at most about {most}) or n_examples"
+        )
+
+
+def check_debiased_hf_args(
+    pretrained: Any, prefix_cache: Any, paths: Mapping[str, Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Every ``debiased_hf`` model arg, before the model loads (one line per problem)."""
+    check_model_args(kwargs)
+    if str(prefix_cache).strip().lower() != "auto":
+        parse_bool(prefix_cache, "prefix_cache")
+    check_model_folder(pretrained)
+    for name, value in paths.items():
+        if not value:
+            continue
+        p = Path(str(value))
+        fix = f"check the path given as {name}="
+        if not p.exists():
+            raise UserError(f"{name}={value} not found; {fix}")
+        if not p.is_dir():
+            regular_file(p, f"{name} file", fix, UserError)
