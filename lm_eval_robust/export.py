@@ -51,16 +51,21 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lm_eval_robust.atomic import refuse_overwrite
     from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.validate import check_dtype, check_model_folder
 
+    check_dtype(dtype, "--dtype", CorrectionError)
+    path = resolve_pretrained(pretrained)
+    check_model_folder(path, CorrectionError)
+    refuse_overwrite(out, "-o", [("model folder", path), ("correction", correction_path)])
     corr: Correction = load(correction_path)
     if corr.stats.get("labels_are_positions"):
         raise CorrectionError(
             f"correction for {corr.task!r} corrects option positions whose marker tokens change "
             "with the format; only corrections of fixed label tokens can be folded into the head"
         )
-    path = resolve_pretrained(pretrained)
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)} if dtype else {}
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype)} if dtype else {}
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tok = AutoTokenizer.from_pretrained(path)
     check_fingerprint(corr, model_fingerprint(model, tok))
@@ -76,10 +81,10 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
         ids = torch.tensor(corr.label_token_ids, dtype=torch.long)
         head.weight[ids] = rows.to(head.weight.dtype)
         needs_bias = bool((bias != 0).any())
+        base = type(model).__name__
         if head.bias is not None:
             head.bias[ids] = bias.to(head.bias.dtype)
         elif needs_bias:
-            base = type(model).__name__
             full = torch.zeros(head.out_features, dtype=head.weight.dtype)
             full[ids] = bias.to(full.dtype)
             biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
@@ -87,8 +92,31 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
             biased.weight = head.weight
             biased.bias = torch.nn.Parameter(full)
             model.set_output_embeddings(biased)
-    target = Path(out)
-    target.mkdir(parents=True, exist_ok=True)
+    from lm_eval_robust.atomic import atomic_dir
+
+    with atomic_dir(out, "exported model") as target:
+        _write(model, tok, target, path, correction_path, corr, needs_bias, head, base)
+    return Path(out)
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return name if name == "auto" else getattr(torch, name.strip().lower())
+
+
+def _write(
+    model: Any,
+    tok: Any,
+    target: Path,
+    path: str,
+    correction_path: str,
+    corr: Correction,
+    needs_bias: bool,
+    head: Any,
+    base: str,
+) -> None:
+    """The exported folder's files, written into ``target`` (a temporary folder)."""
     model.save_pretrained(str(target))
     tok.save_pretrained(str(target))
     if head.bias is None and needs_bias:
@@ -114,4 +142,3 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
         )
         + "\n"
     )
-    return target

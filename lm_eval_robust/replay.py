@@ -103,7 +103,33 @@ def replay(
     correction: str | Path,
     out: str | Path,
 ) -> Path:
-    """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied."""
+    """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied.
+
+    The folder ``out/<model>`` appears whole or not at all (written beside it, then moved into
+    place); an ``-o`` that is, or holds, the base run, its features or the correction is refused.
+    """
+    from lm_eval_robust.atomic import StagedDir
+
+    with StagedDir() as stage:
+        return _replay(base_run, features, correction, out, stage)
+
+
+def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
+    """Refuse an ``-o`` that would overwrite an input; the temporary folder to write into."""
+    from lm_eval_robust.atomic import refuse_overwrite
+
+    names = ("base run", "features", "correction")
+    refuse_overwrite(target, "-o", zip(names, inputs, strict=True))
+    return Path(stage.open(target, "replayed run"))
+
+
+def _replay(
+    base_run: str | Path,
+    features: str | Path,
+    correction: str | Path,
+    out: str | Path,
+    stage: Any,
+) -> Path:
     from lm_eval_robust.correction import (
         correction_key,
         fit_summary,
@@ -141,7 +167,7 @@ def replay(
 
     corrections = load_corrections(str(correction), fingerprint_of)
     target = Path(out) / results_file.parent.name
-    target.mkdir(parents=True, exist_ok=True)
+    target = _stage(stage, target, results_file.parent, features, correction)
     new_results = json.loads(json.dumps(results))
     replayed: list[str] = []
     for task in tasks:
@@ -211,4 +237,4 @@ def replay(
     out_file = target / results_file.name
     text = json.dumps(new_results, indent=2, ensure_ascii=False, default=str)
     write_atomic(text.encode("utf-8"), out_file, what="replayed results")
-    return out_file
+    return stage.commit(out_file)

@@ -175,7 +175,7 @@ def check_model_args(kwargs: Mapping[str, Any], error: type[UserError] = UserErr
 # task settings
 
 #: keys lm-eval itself puts into every task's metadata
-HARNESS_KEYS = ("version", "num_fewshot", "description", "task", "tag", "group")
+HARNESS_KEYS = ("version", "config_source", "config", "_metadata", "num_fewshot")
 
 
 def task_setting_names() -> set[str]:
@@ -202,9 +202,10 @@ def check_metadata_keys(md: Mapping[str, Any], error: type[UserError]) -> None:
         models = model_arg_names()  # imports the model class: only when needed
         left = [k for k in left if k not in models]
     for key in left:
+        near = nearest(str(key), ours)
+        hint = f"did you mean {near!r}? " if near else ""
         raise error(
-            f"unknown setting {key!r} in --metadata; {_did_you_mean(str(key), ours)} "
-            f"(valid: {', '.join(sorted(ours))})"
+            f"unknown setting {key!r} in --metadata; {hint}(valid: {', '.join(sorted(ours))})"
         )
 
 
