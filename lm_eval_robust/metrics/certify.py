@@ -80,6 +80,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lm_eval_robust.metrics.complete import complete_items
+
 __all__ = [
     "CertConfig",
     "Certification",
@@ -200,7 +202,7 @@ class MarginTable:
         """Build from per-doc dicts (``example_id``, ``pert_id``, ``gold``, ``ll``), any order;
         duplicates of (task, example_id, pert_id) are kept once (the last one)."""
         unique: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-        for it in items:
+        for it in complete_items(items):
             unique[(str(it.get("task", "")), str(it["example_id"]), int(it["pert_id"]))] = it
         tasks = {k[0] for k in unique}
         if len(tasks) > 1:

@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.metrics.complete import complete_items
+
 
 def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     unique: dict[tuple[str, str, int], Mapping[str, Any]] = {}
     for it in items:
         unique[(str(it["task"]), str(it["example_id"]), int(it["pert_id"]))] = it
-    return [unique[k] for k in sorted(unique)]
+    return complete_items([unique[k] for k in sorted(unique)])
 
 
 def _subset(items: Iterable[Mapping[str, Any]], perturbed: bool) -> list[Mapping[str, Any]]:

@@ -184,6 +184,21 @@ def _item_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _complete(
+    items: dict[tuple[str, int], dict[str, Any]], task: str, notes: list[str]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Items of complete examples only (:mod:`lm_eval_robust.metrics.complete`), with a note."""
+    from lm_eval_robust.metrics.complete import complete_items
+
+    kept = complete_items({**i, "task": task} for i in items.values())
+    if len(kept) < len(items):
+        notes.append(f"{task}: {len(items) - len(kept)} docs of incomplete examples left out")
+    return {
+        (str(i["example_id"]), int(i["pert_id"])): items[(str(i["example_id"]), int(i["pert_id"]))]
+        for i in kept
+    }
+
+
 def _read_samples(
     file: Path, task: str, config: Mapping[str, Any]
 ) -> tuple[TaskRun | None, list[str]]:
@@ -215,6 +230,7 @@ def _read_samples(
                 hashes[key] = str(sample["doc_hash"])
     if not items:
         return None, [f"{task}: empty samples file {file.name}"]
+    items = _complete(items, task, notes)
     kwargs = config.get("dataset_kwargs") or {}
     kind = "/".join(sorted(k for k in kinds if k)) or str(kwargs.get("lmer_kind", ""))
     split = "/".join(sorted(s for s in splits if s)) or str(kwargs.get("lmer_split", ""))
