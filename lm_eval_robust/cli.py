@@ -165,6 +165,11 @@ def _cmd_fit(argv: Sequence[str]) -> int:
     p.add_argument("--features", default=None, help="use features already collected in DIR")
     p.add_argument("--features-dir", default=None, help="where to collect (default: next to -o)")
     p.add_argument(
+        "--any-split",
+        action="store_true",
+        help="allow --features of a split other than _train (leaks that split into the fit)",
+    )
+    p.add_argument(
         "--method",
         choices=[
             "ridge",
@@ -257,7 +262,7 @@ def _fit_one(args: argparse.Namespace) -> int:
     settings = FitSettings(
         method=args.method,
         lam=_number_or_auto("--lam", args.lam, minimum=0.0),
-        alpha=_number_or_auto("--alpha", args.alpha),
+        alpha=_number_or_auto("--alpha", args.alpha, minimum=0.0),
         psi=args.psi,
         phi=args.phi,
         beta=args.beta,
@@ -270,7 +275,9 @@ def _fit_one(args: argparse.Namespace) -> int:
             key + "_train", args.pretrained, args.model_args, args.metadata, root, args.batch_size
         )
         feat_dir = root / (key + "_train")
+    _refuse_fit_inputs(out, feat_dir)
     feats = load_features(feat_dir)
+    _check_train_split(feats.task, feat_dir, args.any_split)
     if correction_key(feats.task) != key:
         raise UserError(
             f"features in {feat_dir} are for {feats.task}, not {key}_train; pass --task "
@@ -298,6 +305,27 @@ def _fit_one(args: argparse.Namespace) -> int:
     summary["out"] = str(out)
     print(json.dumps(summary))
     return 0
+
+
+def _refuse_fit_inputs(out: Any, feat_dir: Any) -> None:
+    """``-o`` must not be the features folder, hold it, or be one of its shards."""
+    from pathlib import Path
+
+    from lm_eval_robust.atomic import refuse_overwrite
+
+    shards = sorted(Path(feat_dir).glob("rank*.safetensors")) if Path(feat_dir).is_dir() else []
+    refuse_overwrite(out, "-o", [("features", feat_dir), *(("feature shard", s) for s in shards)])
+
+
+def _check_train_split(task: str, feat_dir: Any, any_split: bool) -> None:
+    """Fitting on the test or hold-out split leaks it into the correction: refused by default."""
+    if task.endswith("_train") or any_split:
+        return
+    raise UserError(
+        f"features in {feat_dir} are from {task}, not a _train split: fitting on them leaks the "
+        "split the correction is evaluated on; collect the _train split, or pass --any-split "
+        "to fit on it on purpose"
+    )
 
 
 def _parse_metadata(text: str) -> dict[str, Any]:

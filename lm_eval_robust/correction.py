@@ -300,6 +300,13 @@ def write_atomic(data: bytes, target: Path, what: str = "correction") -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a quota: the target is left as it was
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise CorrectionError(
+            f"cannot write {what} to {target} ({exc.strerror or exc}); the previous file is "
+            "unchanged; free space or choose another path with -o"
+        ) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -694,6 +701,13 @@ def fit_summaries(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 _SPLIT_SUFFIXES = ("_train", "_holdout")
 
 
+def _numpy(t: Any) -> np.ndarray:
+    """A tensor or array as a float64 numpy array."""
+    if hasattr(t, "detach"):
+        t = t.detach().float().cpu().numpy()
+    return np.asarray(t, dtype=np.float64)
+
+
 def correction_key(task_name: str) -> str:
     """The task family a correction belongs to: the harness task name without its split suffix.
 
@@ -709,12 +723,17 @@ def correction_key(task_name: str) -> str:
 def load_corrections(
     path: str | os.PathLike[str],
     fingerprint: dict[str, Any] | Callable[[str], dict[str, Any]],
+    head: Any = None,
 ) -> dict[str, Correction]:
     """Corrections by task key from a file or a directory of ``*.safetensors`` files.
 
     Every correction is checked against the model's fingerprint (``fingerprint(task)`` when it
-    depends on the task, as with per-task LoRA adapters); two files for one task are an error.
+    depends on the task, as with per-task LoRA adapters) and, given the LM ``head``, against the
+    logits' own scale (:func:`lm_eval_robust.validate.check_correction_scale`); two files for one
+    task are an error.
     """
+    from lm_eval_robust.validate import check_correction_scale
+
     p = Path(path)
     if p.is_dir():
         files = sorted(p.glob("*.safetensors"))
@@ -728,6 +747,10 @@ def load_corrections(
     for f in files:
         corr = load(f)
         check_fingerprint(corr, fingerprint(corr.task) if callable(fingerprint) else fingerprint)
+        if head is not None:  # the LM head's weight [vocab, n], or corr -> label rows [d, n]
+            rows = head(corr) if callable(head) else head[corr.label_token_ids]
+            if rows is not None:
+                check_correction_scale(corr, _numpy(rows), str(f), CorrectionError)
         if corr.task in out:
             raise CorrectionError(
                 f"two corrections for task {corr.task!r} in {p}; keep one per task"

@@ -53,7 +53,7 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
 
     from lm_eval_robust.atomic import refuse_overwrite
     from lm_eval_robust.offline_models import resolve_pretrained
-    from lm_eval_robust.validate import check_dtype, check_model_folder
+    from lm_eval_robust.validate import check_correction_scale, check_dtype, check_model_folder
 
     check_dtype(dtype, "--dtype", CorrectionError)
     path = resolve_pretrained(pretrained)
@@ -69,6 +69,10 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tok = AutoTokenizer.from_pretrained(path)
     check_fingerprint(corr, model_fingerprint(model, tok))
+    head_rows = model.get_output_embeddings().weight[corr.label_token_ids]
+    check_correction_scale(
+        corr, head_rows.detach().float().numpy(), correction_path, CorrectionError
+    )
     head: Any = model.get_output_embeddings()
     emb: Any = model.get_input_embeddings()
     with torch.no_grad():

@@ -155,7 +155,8 @@ class DebiasedHFLM(HFLM):
         if correction:
             from lm_eval_robust.correction import load_corrections
 
-            self._corrections = load_corrections(correction, self.fingerprint_for)
+            head = self.model.get_output_embeddings().weight
+            self._corrections = load_corrections(correction, self.fingerprint_for, head)
         self._layer_corrections: dict[str, Any] = {}
         self._layer_positions = layer_positions or None
         if layer_correction:

@@ -114,6 +114,19 @@ def replay(
         return _replay(base_run, features, correction, out, stage)
 
 
+def _head_rows(features_dir: Path) -> Any:
+    """corr -> the LM-head rows its task's features recorded (the scale check at load time)."""
+    from lm_eval_robust.fit.features import load_features
+
+    def rows(corr: Any) -> Any:
+        for d in sorted(features_dir.glob(f"{corr.task}*")):
+            if d.is_dir() and any(d.glob("rank*.safetensors")):
+                return load_features(d).head_rows
+        return None
+
+    return rows
+
+
 def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
     """Refuse an ``-o`` that would overwrite an input; the temporary folder to write into."""
     from lm_eval_robust.atomic import refuse_overwrite
@@ -165,7 +178,7 @@ def _replay(
         d = features_dir / task
         return load_features(d).fingerprint if d.is_dir() else first
 
-    corrections = load_corrections(str(correction), fingerprint_of)
+    corrections = load_corrections(str(correction), fingerprint_of, _head_rows(features_dir))
     target = Path(out) / results_file.parent.name
     target = _stage(stage, target, results_file.parent, features, correction)
     new_results = json.loads(json.dumps(results))

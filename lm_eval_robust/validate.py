@@ -256,3 +256,50 @@ def check_debiased_hf_args(
             raise UserError(f"{name}={value} not found; {fix}")
         if not p.is_dir():
             regular_file(p, f"{name} file", fix, UserError)
+
+
+# ---------------------------------------------------------------------------------------------
+# corrections
+
+#: a correction may move a label logit by at most this many times the logits' own scale
+SWAMP_RATIO = 1000.0
+
+
+def correction_scale(corr: Any, head_rows: Any, x_norm: float | None = None) -> tuple[float, float]:
+    """``(B, L)``: the correction's largest shift of a label logit on a typical prompt, and the
+    logits' own scale, both at the hidden-state norm ``r``.
+
+    ``L = max_i ‖h_i‖ r`` (``h_i`` the LM-head rows of the label tokens) and
+    ``B = max_i (‖W[:n, i]‖ r + |c_i + β_i| (+ |W[n, i]| r for ψ = norm))``, ``c`` the constant
+    row of ``W``; ``r`` is
+    ``x_norm`` if given, else the RMS hidden-state norm the fit recorded, else ``√n``.
+    """
+    import numpy as np
+
+    h = np.asarray(head_rows, dtype=np.float64)
+    n = int(h.shape[-1])
+    r = x_norm or corr.stats.get("x_norm") or float(np.sqrt(n))
+    scale = float(np.linalg.norm(h, axis=-1).max()) * float(r)
+    beta = np.asarray(corr.beta, dtype=np.float64)
+    if corr.W is None:
+        return float(np.abs(beta).max()), scale
+    w = np.asarray(corr.W, dtype=np.float64)
+    k = w.shape[0] - (1 if corr.psi == "linear" else 2)
+    shift = np.linalg.norm(w[:k], axis=0) * r + np.abs(w[-1] + beta)
+    if corr.psi == "norm":  # rows: x, ‖x‖, 1
+        shift = shift + np.abs(w[k]) * r
+    return float(shift.max()), scale
+
+
+def check_correction_scale(
+    corr: Any, head_rows: Any, where: str, error: type[UserError], x_norm: float | None = None
+) -> None:
+    """Refuse a correction that would swamp the logits: shift B > SWAMP_RATIO x scale L."""
+    shift, scale = correction_scale(corr, head_rows, x_norm)
+    if scale > 0 and shift > SWAMP_RATIO * scale:
+        raise error(
+            f"{where}: correction for {corr.task!r} shifts label logits by up to {shift:.3g}, "
+            f"{shift / scale:.3g} times the logits' own scale {scale:.3g} (limit "
+            f"{SWAMP_RATIO:g}x); it would decide every prediction by itself; refit it with "
+            "`lm-eval-robust fit` (or a larger --lam)"
+        )

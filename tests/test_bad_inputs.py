@@ -679,9 +679,10 @@ def test_fit_negative_lam(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     cli_error(capsys, argv, r"lam", r">= 0|auto")
 
 
-def test_fit_singular_gram_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_fit_negative_alpha_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     argv = _fit(_write_shard(tmp_path / "f"), tmp_path / "c.safetensors", "--lam", "0")
-    cli_error(capsys, [*argv, "--alpha", "-5"], r"Gram matrix is singular", r"increase lam")
+    cli_error(capsys, [*argv, "--alpha", "-5"], r"--alpha must be a number >= 0", r"'auto'")
+    assert not (tmp_path / "c.safetensors").exists()
 
 
 def test_fit_features_of_another_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -126,7 +126,7 @@ def test_atomic_write_leaves_no_temp_files(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(corr_mod.os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CorrectionError, match=r"cannot write correction .*disk full.*unchanged"):
         save(_ridge_correction(seed=2), target)
     assert os.listdir(tmp_path) == ["c.safetensors"]  # temp file removed
     assert target.read_bytes() == before  # old file untouched

@@ -92,8 +92,8 @@ def test_resolve_layers() -> None:
     assert sweep_layers(18) == [0, 4, 9, 17]
     assert sweep_layers(2) == [0, 1]
     assert resolve_layers("sweep", 32) == [0, 8, 16, 31]
-    assert resolve_layers("0,-1", 4) == [0, 3]
-    for bad in ("5", "x", "-9"):
+    assert resolve_layers("0,3", 4) == [0, 3]
+    for bad in ("5", "x", "-9", "0,-1"):
         with pytest.raises(UserError) as info:
             resolve_layers(bad, 4)
         assert "\n" not in str(info.value)

@@ -61,8 +61,8 @@ class FitSettings:
             raise UserError(f"phi must be in (0, 1), got {self.phi}")
         if self.lam is not None and not (math.isfinite(self.lam) and self.lam >= 0):
             raise UserError(f"lam must be a number >= 0 or 'auto', got {self.lam}")
-        if self.alpha is not None and not math.isfinite(self.alpha):
-            raise UserError(f"alpha must be a finite number or 'auto', got {self.alpha}")
+        if self.alpha is not None and not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise UserError(f"alpha must be a number >= 0 or 'auto', got {self.alpha}")
 
 
 def _radii(p: PairedFeatures, f: np.ndarray, feats: Features, s: FitSettings) -> Radii:
@@ -111,6 +111,8 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         "labels_are_positions": spec.is_multiple_choice,
         "features_task": feats.task,
         "prompt_style": feats.prompt_style,
+        # the RMS norm of the head's input on train: the scale of the load-time size check
+        "x_norm": float(np.sqrt(np.mean(np.sum(feats.x.astype(np.float64) ** 2, axis=1)))),
     }
     before = _radii(p, f, feats, settings)
     key = correction_key(feats.task)

@@ -72,7 +72,7 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
     if args.k < 1:
         raise UserError(f"--k must be >= 1, got {args.k}")
     lam = _number_or_auto("--lam", args.lam, minimum=0.0)
-    alpha = _number_or_auto("--alpha", args.alpha)
+    alpha = _number_or_auto("--alpha", args.alpha, minimum=0.0)
     if alpha is None:
         raise UserError("--alpha auto is for classification fits; give a number for --layer")
     config = GenConfig.from_metadata(_parse_metadata(args.metadata))

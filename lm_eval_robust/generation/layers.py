@@ -68,7 +68,7 @@ def sweep_layers(num_layers: int) -> list[int]:
 
 
 def resolve_layers(spec: str | int | Sequence[int], num_layers: int) -> list[int]:
-    """Layers from ``"sweep"``, ``"9"``, ``"0,4,9"`` or ints; negative counts from the end."""
+    """Layers from ``"sweep"``, ``"9"``, ``"0,4,9"`` or ints (0-based; negative ones refused)."""
     if isinstance(spec, str):
         text = spec.strip().lower()
         if text == "sweep":
@@ -88,7 +88,12 @@ def resolve_layers(spec: str | int | Sequence[int], num_layers: int) -> list[int
         items = [int(v) for v in spec]
     out: list[int] = []
     for v in items:
-        idx = v + num_layers if v < 0 else v
+        idx = v
+        if v < 0:
+            raise LayerError(
+                f"layer {v} is negative; give a decoder layer between 0 and {num_layers - 1} "
+                "(0-based, counted from the input) or 'sweep'"
+            )
         if not 0 <= idx < num_layers:
             raise LayerError(
                 f"layer {v} does not exist: the model has {num_layers} decoder layers (0.."
