@@ -170,6 +170,13 @@ def atomic_dir(target: str | os.PathLike[str], what: str = "output") -> Iterator
         raise
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 class StagedDir:
     """:func:`atomic_dir` for code that learns its target late: ``open`` it, write, ``commit``.
 
@@ -195,10 +202,8 @@ class StagedDir:
             clean_stale(target)
             prefix = f".{target.name}{TMP_TAG}{os.getpid()}-"
             self._tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
-            if keep_others and target.is_dir():
-                for f in target.iterdir():
-                    if f.is_file() and not f.is_symlink():
-                        shutil.copy2(f, self._tmp / f.name)
+            if keep_others and target.is_dir():  # hard links where possible: no copy cost
+                shutil.copytree(target, self._tmp, copy_function=_link_or_copy, dirs_exist_ok=True)
         except OSError as exc:
             raise OverwriteError(
                 f"cannot write the {what} to {target} ({exc.strerror or exc}); choose a writable -o"

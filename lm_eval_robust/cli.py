@@ -254,6 +254,9 @@ def _fit_one(args: argparse.Namespace) -> int:
 
         return fit_layers(args, key)
     get_spec(key.split("_")[0])  # unknown task: one-line error before any work
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    NIConfig.from_metadata(_parse_metadata(args.metadata))  # settings too, before the model loads
     out = Path(args.out)
     if out.parent.exists() and not out.parent.is_dir():
         raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from lm_eval_robust.errors import OneLineArgumentParser, UserError
 from lm_eval_robust.metrics.certify import CertConfig
@@ -95,15 +96,19 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
 
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
+    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+
     settings = _settings(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(
-            f"cannot write the report to {out} ({exc.strerror or exc}); pass a writable folder "
-            "with -o"
-        ) from None
+    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    with StagedDir() as stage:
+        out = stage.open(Path(args.out), "report")
+        markdown = _write_report(args, settings, out)
+        stage.commit(out / "report.md")
+    return markdown
+
+
+def _write_report(args: argparse.Namespace, settings: Any, out: Path) -> str:
+    """Build the report and write its files into ``out``; returns the Markdown."""
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = label_runs(args.runs, labels)
     if args.tasks:

@@ -70,7 +70,7 @@ def load_ni_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> d
     root = resolve_data_dir(data_dir)
     if root is not None:
         for path in _ni_candidates(root, name):
-            if path.is_file():
+            if path.exists():  # a folder, FIFO or unreadable file: _read_json says which
                 return _read_json(path)
         raise DataError(
             f"task file {name}.json not found under {str(root)!r} (looked in "

@@ -1,0 +1,692 @@
+# ruff: noqa: E501
+"""Bad inputs (issue 16), table-driven: each row is one bad input, its one-line message, and a
+check that nothing on disk changed (every file under the test's folder and the model folder has
+the bytes it had before; no file appears or disappears, no temporary file is left).
+
+Rows run either the command line (exit status 2, exactly one ``lm-eval-robust: error:`` line) or
+a Python entry point (a :class:`UserError` with a one-line message). The folder ``w`` of each row
+holds: ``model`` (a copy of the tiny random Llama), ``corr.safetensors`` (a valid correction for
+it), ``feats/<task>_train`` and ``feats_test/<task>`` (synthetic feature shards), ``run`` (a
+synthetic logged run) and ``rfeats`` (its features), plus whatever the row's setup adds.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_bad_inputs import FAKE_FP, SMALL, TASK, _correction, _write_run, _write_shard
+
+from lm_eval_robust.cli import main as cli_main
+from lm_eval_robust.correction import save
+from lm_eval_robust.errors import UserError
+
+# ---------------------------------------------------------------------------------------------
+# the world each row starts from
+
+
+@pytest.fixture(scope="module")
+def tiny_fp(tiny_model_dir: Path, data_dir: Path) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lm_eval_robust.correction import model_fingerprint
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    fp = model_fingerprint(model, tok)
+    fp["adapter_sha256"] = None
+    return fp
+
+
+def _run_with_features(root: Path) -> None:
+    """A logged run of ni065_format_pert and its features (FAKE_FP), for replay."""
+    _write_run(root / "runroot")
+    shutil.move(str(root / "runroot"), str(root / "run"))
+    _write_shard(root / "rfeats" / "ni065_format_pert", task="ni065_format_pert")
+    fake = _correction(FAKE_FP, task="ni065_format_pert", ids=[7, 9])
+    save(fake, root / "rcorr.safetensors")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_loading() -> None:
+    """transformers' weight-loading progress bar would add lines to stderr."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+@pytest.fixture
+def w(tmp_path: Path, tiny_model_dir: Path, tiny_fp: dict[str, Any]) -> Path:
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    save(_correction(tiny_fp, ids=[7, 9]), tmp_path / "corr.safetensors")
+    _write_shard(tmp_path / "feats" / f"{TASK}_train")
+    _write_shard(tmp_path / "feats_test" / TASK, task=TASK)
+    _run_with_features(tmp_path)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root``: a file's sha256, or 'dir' / 'fifo' / 'other'."""
+    out: dict[str, str] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "link"
+        elif p.is_dir():
+            out[rel] = "dir"
+        elif p.is_fifo():
+            out[rel] = "fifo"
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "other"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# setups used by several rows
+
+
+def _fifo(w: Path, name: str) -> Path:
+    p = w / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(p)
+    return p
+
+
+def _big_correction(w: Path, fp: dict[str, Any], *, scale: float, constant: bool = False) -> Path:
+    c = _correction(fp, ids=[7, 9])
+    if constant:
+        c.beta = np.array([scale, -scale])
+    else:
+        c.W = np.full_like(c.W, scale)
+    return save(c, w / "big.safetensors")
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
+    """Opening ``target`` fails with EACCES (the tests run as root, where chmod does not)."""
+    import lm_eval_robust.validate as v
+
+    real = v.os.open
+
+    def fake(path: Any, flags: int, *a: Any, **k: Any) -> int:
+        if Path(path).resolve() == target.resolve():
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, flags, *a, **k)
+
+    monkeypatch.setattr(v.os, "open", fake)
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lm_eval_robust.correction as c
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(c.os, "fsync", fsync)
+
+
+def _lm(w: Path, **kw: Any) -> Any:
+    from lm_eval_robust.model import DebiasedHFLM
+
+    args = {"pretrained": str(w / "model"), "batch_size": 8, "device": "cpu", **kw}
+    args.setdefault("dtype", "float32")
+    return DebiasedHFLM(**args)
+
+
+def _items(n_examples: int, pert_rounds: dict[int, int]) -> list[dict[str, Any]]:
+    """Per-doc items: every example clean, round r on the first ``pert_rounds[r]`` examples."""
+    out = []
+    for e in range(n_examples):
+        pids = [0] + [r for r, k in pert_rounds.items() if e < k]
+        for pid in pids:
+            gold = e % 2
+            out.append(
+                {
+                    "task": "ni065",
+                    "example_id": f"e{e}",
+                    "pert_id": pid,
+                    "gold": gold,
+                    "pred": gold if pid == 0 else 1 - gold,
+                    "margin": 1.0,
+                    "ll": [0.0, -1.0] if gold == 0 else [-1.0, 0.0],
+                }
+            )
+    return out
+
+
+def _docs(**md: Any) -> Any:
+    from lm_eval_robust.tasks.ni import NIConfig, build_docs
+
+    return build_docs("ni065", "format", "test", NIConfig.from_metadata({**SMALL, **md}))
+
+
+def _gen_config(md: dict[str, Any]) -> Any:
+    from lm_eval_robust.generation.tasks import GenConfig
+
+    return GenConfig.from_metadata(md)
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
+@dataclass
+class Case:
+    id: str
+    patterns: tuple[str, ...]
+    argv: Callable[[Path], list[str]] | None = None  # a command line ...
+    call: Callable[[Path, dict[str, Any]], Any] | None = None  # ... or a Python entry point
+    setup: Callable[[Path, dict[str, Any], pytest.MonkeyPatch], None] = field(
+        default=lambda w, fp, mp: None
+    )
+    prefix: str = "lm-eval-robust: error: "
+
+
+def _fit(w: Path, *extra: str, feats: str = f"feats/{TASK}_train") -> list[str]:
+    return ["fit", "--task", TASK, "--features", str(w / feats), "--lam", "1", *extra]
+
+
+def _export(w: Path) -> list[str]:
+    return ["export", "--pretrained", str(w / "model"), "--correction", str(w / "corr.safetensors")]
+
+
+def _replay(w: Path, out: Path) -> list[str]:
+    corr = str(w / "rcorr.safetensors")
+    feats = str(w / "rfeats")
+    return ["replay", str(w / "run"), "--features", feats, "--correction", corr, "-o", str(out)]
+
+
+CASES: list[Case] = [
+    # --- data loss: outputs that are inputs -------------------------------------------------
+    Case(
+        "replay-o-is-base-run",
+        (r"-o .*run/tiny is the base run", r"choose another -o"),
+        argv=lambda w: _replay(w, w / "run"),
+    ),
+    Case(
+        "replay-o-is-base-run-dotted",
+        (r"is the base run", r"choose another -o"),
+        argv=lambda w: _replay(w, w / "rfeats" / ".." / "run"),
+    ),
+    Case(
+        "export-o-is-pretrained",
+        (r"-o .*model is the model folder", r"choose another -o"),
+        argv=lambda w: [*_export(w), "-o", str(w / "model")],
+    ),
+    Case(
+        "export-o-is-pretrained-slash",
+        (r"is the model folder", r"choose another -o"),
+        argv=lambda w: [*_export(w), "-o", str(w / "model") + "/"],
+    ),
+    Case(
+        "export-o-holds-pretrained",
+        (r"holds the model folder", r"choose another -o"),
+        argv=lambda w: [*_export(w), "-o", str(w)],
+    ),
+    Case(
+        "export-o-is-correction",
+        (r"is the correction", r"choose another -o"),
+        argv=lambda w: [*_export(w), "-o", str(w / "corr.safetensors")],
+    ),
+    Case(
+        "fit-o-is-a-feature-shard",
+        (r"is the feature shard", r"choose another -o"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "feats" / f"{TASK}_train" / "rank0.safetensors")],
+    ),
+    Case(
+        "fit-o-is-the-features-folder",
+        (r"is the features", r"choose another -o"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "feats" / f"{TASK}_train")],
+    ),
+    # --- silent wrong numbers ------------------------------------------------------------------
+    Case(
+        "limit-cuts-first-round",
+        (r"no example is complete", r"use --limit 14 or another multiple of 7"),
+        call=lambda w, fp: __import__(
+            "lm_eval_robust.metrics.classification"
+        ).metrics.classification.delta_drop(_items(7, {1: 1})),
+    ),
+    Case(
+        "limit-cuts-first-round-certify",
+        (r"no example is complete", r"--limit 20"),
+        call=lambda w, fp: __import__("lm_eval_robust.metrics.certify").metrics.certify.p_cert_h(
+            _items(10, {1: 3})
+        ),
+    ),
+    Case(
+        "limit-cuts-first-round-report",
+        (r"no example is complete", r"--limit 16"),
+        argv=lambda w: [
+            "report",
+            str(w / "cut"),
+            "-o",
+            str(w / "rep"),
+            "--resamples",
+            "100",
+            "--no-plots",
+            "--quiet",
+        ],
+        setup=lambda w, fp, mp: _cut_run(w),
+        prefix="lm-eval-robust report: error: ",
+    ),
+    Case(
+        "metadata-misspelt-n_perturbation",
+        (r"unknown setting 'n_perturbation'", r"did you mean 'n_perturbations'"),
+        call=lambda w, fp: _docs(n_perturbation=20),
+    ),
+    Case(
+        "metadata-misspelt-textrate",
+        (r"unknown setting 'textrate'", r"did you mean 'text_rate'"),
+        call=lambda w, fp: _docs(textrate=0.1),
+    ),
+    Case(
+        "metadata-unknown-key",
+        (r"unknown setting 'colour'", r"valid: data_dir, .*n_perturbations"),
+        call=lambda w, fp: _docs(colour="red"),
+    ),
+    Case(
+        "metadata-misspelt-generation",
+        (r"unknown setting 'n_fit_perturbation'", r"did you mean 'n_fit_perturbations'"),
+        call=lambda w, fp: _gen_config({"n_fit_perturbation": 5}),
+    ),
+    Case(
+        "metadata-misspelt-cli-fit",
+        (r"unknown setting 'n_exmples'", r"did you mean 'n_examples'"),
+        argv=lambda w: [
+            "fit",
+            "--task",
+            TASK,
+            "--method",
+            "contextual_calibration",
+            "--pretrained",
+            str(w / "model"),
+            "--model-args",
+            "dtype=float32",
+            "--metadata",
+            '{"n_exmples": 10}',
+            "-o",
+            str(w / "c.safetensors"),
+        ],
+    ),
+    Case(
+        "prefix-cache-maybe",
+        (r"prefix_cache='maybe' is not a boolean", r"prefix_cache=true or prefix_cache=false"),
+        call=lambda w, fp: _lm(w, prefix_cache="maybe"),
+    ),
+    Case(
+        "prefix-cache-empty",
+        (r"prefix_cache='' is not a boolean", r"prefix_cache=true"),
+        call=lambda w, fp: _lm(w, prefix_cache=""),
+    ),
+    Case(
+        "prefix-cache-2",
+        (r"prefix_cache='2' is not a boolean", r"prefix_cache=false"),
+        call=lambda w, fp: _lm(w, prefix_cache="2"),
+    ),
+    Case(
+        "fit-on-test-split-features",
+        (r"from ni322_format_pert, not a _train split", r"--any-split"),
+        argv=lambda w: [*_fit(w, feats=f"feats_test/{TASK}"), "-o", str(w / "c.safetensors")],
+    ),
+    Case(
+        "fit-negative-alpha",
+        (r"--alpha must be a number >= 0", r"'auto'"),
+        argv=lambda w: [*_fit(w, "--alpha", "-0.01"), "-o", str(w / "c.safetensors")],
+    ),
+    Case(
+        "fit-settings-negative-alpha",
+        (r"alpha must be a number >= 0", r"auto"),
+        call=lambda w, fp: __import__("lm_eval_robust.fit.run").fit.run.FitSettings(alpha=-0.01),
+    ),
+    Case(
+        "fit-nan-alpha",
+        (r"--alpha must be a number >= 0", r"'auto'"),
+        argv=lambda w: [*_fit(w, "--alpha", "nan"), "-o", str(w / "c.safetensors")],
+    ),
+    Case(
+        "layer-negative",
+        (r"layer -3 is negative", r"between 0 and 17"),
+        call=lambda w, fp: __import__(
+            "lm_eval_robust.generation.layers"
+        ).generation.layers.resolve_layers("-3", 18),
+    ),
+    Case(
+        "layer-negative-in-list",
+        (r"layer -1 is negative", r"'sweep'"),
+        call=lambda w, fp: __import__(
+            "lm_eval_robust.generation.layers"
+        ).generation.layers.resolve_layers("0,-1", 4),
+    ),
+    Case(
+        "correction-swamps-logits-W",
+        (r"shifts label logits by up to .* times the logits' own scale", r"refit it"),
+        call=lambda w, fp: _lm(w, correction=str(w / "big.safetensors")),
+        setup=lambda w, fp, mp: _big_correction(w, fp, scale=1e30) and None,
+    ),
+    Case(
+        "correction-swamps-logits-beta",
+        (r"times the logits' own scale", r"refit it"),
+        call=lambda w, fp: _lm(w, correction=str(w / "big.safetensors")),
+        setup=lambda w, fp, mp: _big_correction(w, fp, scale=1e12, constant=True) and None,
+    ),
+    Case(
+        "correction-swamps-logits-export",
+        (r"times the logits' own scale", r"refit it"),
+        argv=lambda w: [
+            "export",
+            "--pretrained",
+            str(w / "model"),
+            "--correction",
+            str(w / "big.safetensors"),
+            "-o",
+            str(w / "out"),
+        ],
+        setup=lambda w, fp, mp: _big_correction(w, fp, scale=1e30) and None,
+    ),
+    # --- tracebacks and hangs ----------------------------------------------------------------
+    Case(
+        "unknown-model-arg",
+        (r"unknown model arg 'colour'", r"README"),
+        call=lambda w, fp: _lm(w, colour="red"),
+    ),
+    Case(
+        "misspelt-model-arg",
+        (r"unknown model arg 'batchsize'", r"did you mean 'batch_size'"),
+        call=lambda w, fp: _lm(w, batchsize=8),
+    ),
+    Case(
+        "misspelt-model-arg-correction",
+        (r"unknown model arg 'corection'", r"did you mean 'correction'"),
+        call=lambda w, fp: _lm(w, corection="x"),
+    ),
+    Case(
+        "model-arg-bad-dtype",
+        (r"dtype= 'float13' is not a dtype", r"float32"),
+        call=lambda w, fp: _lm(w, dtype="float13"),
+    ),
+    Case(
+        "model-arg-bad-torch-dtype",
+        (r"torch_dtype= 'int7' is not a dtype", r"bfloat16"),
+        call=lambda w, fp: _lm(w, torch_dtype="int7"),
+    ),
+    Case(
+        "fit-model-args-unknown",
+        (r"unknown model arg 'devise'", r"did you mean 'device'"),
+        argv=lambda w: [
+            "fit",
+            "--task",
+            TASK,
+            "--method",
+            "contextual_calibration",
+            "--pretrained",
+            str(w / "model"),
+            "--model-args",
+            "devise=cpu",
+            "-o",
+            str(w / "c.safetensors"),
+        ],
+    ),
+    Case(
+        "pretrained-empty-folder",
+        (r"pretrained=.*empty is a folder without config.json \(it is empty\)", r"save_pretrained"),
+        call=lambda w, fp: _lm(w, pretrained=str(w / "empty")),
+        setup=lambda w, fp, mp: (w / "empty").mkdir(),
+    ),
+    Case(
+        "pretrained-folder-without-config",
+        (r"without config.json \(it holds notes.txt\)", r"hub id"),
+        call=lambda w, fp: _lm(w, pretrained=str(w / "notmodel")),
+        setup=lambda w, fp, mp: (
+            ((w / "notmodel").mkdir(), (w / "notmodel" / "notes.txt").write_text("x")) and None
+        ),
+    ),
+    Case(
+        "pretrained-a-plain-file",
+        (r"pretrained=.* is a file", r"model folder"),
+        call=lambda w, fp: _lm(w, pretrained=str(w / "corr.safetensors")),
+    ),
+    Case(
+        "export-empty-model-folder",
+        (r"without config.json", r"save_pretrained"),
+        argv=lambda w: [
+            "export",
+            "--pretrained",
+            str(w / "empty"),
+            "--correction",
+            str(w / "corr.safetensors"),
+            "-o",
+            str(w / "out"),
+        ],
+        setup=lambda w, fp, mp: (w / "empty").mkdir(),
+    ),
+    Case(
+        "export-dtype-float13",
+        (r"--dtype 'float13' is not a dtype", r"float16|float32"),
+        argv=lambda w: [*_export(w), "--dtype", "float13", "-o", str(w / "out")],
+    ),
+    Case(
+        "export-dtype-int8",
+        (r"--dtype 'int8' is not a dtype", r"use one of auto, float32"),
+        argv=lambda w: [*_export(w), "--dtype", "int8", "-o", str(w / "out")],
+    ),
+    Case(
+        "unreadable-task-file",
+        (r"cannot read task file .*task065.* \(permission denied\)", r"make it readable"),
+        call=lambda w, fp: _docs(data_dir=str(w / "data")),
+        setup=lambda w, fp, mp: _ni_copy(w, mp, deny=True),
+    ),
+    Case(
+        "task-file-is-a-folder",
+        (r"task file .*task065.* is a folder", r"data_dir"),
+        call=lambda w, fp: _docs(data_dir=str(w / "data")),
+        setup=lambda w, fp, mp: (
+            w / "data" / "task065_timetravel_consistent_sentence_classification.json"
+        ).mkdir(parents=True),
+    ),
+    Case(
+        "task-file-is-a-fifo",
+        (r"task file .*task065.* is not a regular file \(a FIFO", r"data_dir"),
+        call=lambda w, fp: _docs(data_dir=str(w / "data")),
+        setup=lambda w, fp, mp: (
+            _fifo(w, "data/task065_timetravel_consistent_sentence_classification.json") and None
+        ),
+    ),
+    Case(
+        "unreadable-correction-file",
+        (
+            r"cannot read correction file .* \(permission denied\)",
+            r"check the path given as correction=",
+        ),
+        call=lambda w, fp: _lm(w, correction=str(w / "corr.safetensors")),
+        setup=lambda w, fp, mp: _deny(mp, w / "corr.safetensors"),
+    ),
+    Case(
+        "correction-is-a-fifo",
+        (r"correction file .*fifo.safetensors is not a regular file", r"check the path"),
+        call=lambda w, fp: _lm(w, correction=str(w / "fifo.safetensors")),
+        setup=lambda w, fp, mp: _fifo(w, "fifo.safetensors") and None,
+    ),
+    Case(
+        "correction-is-a-fifo-load",
+        (r"is not a regular file \(a FIFO", r"fit"),
+        call=lambda w, fp: __import__("lm_eval_robust.correction").correction.load(
+            w / "fifo.safetensors"
+        ),
+        setup=lambda w, fp, mp: _fifo(w, "fifo.safetensors") and None,
+    ),
+    Case(
+        "correction-is-a-fifo-export",
+        (r"is not a regular file \(a FIFO", r"fit"),
+        argv=lambda w: [
+            "export",
+            "--pretrained",
+            str(w / "model"),
+            "--correction",
+            str(w / "fifo.safetensors"),
+            "-o",
+            str(w / "out"),
+        ],
+        setup=lambda w, fp, mp: _fifo(w, "fifo.safetensors") and None,
+    ),
+    Case(
+        "layer-correction-is-a-fifo",
+        (r"layer_correction file .* is not a regular file", r"check the path"),
+        call=lambda w, fp: _lm(w, layer_correction=str(w / "fifo.safetensors")),
+        setup=lambda w, fp, mp: _fifo(w, "fifo.safetensors") and None,
+    ),
+    Case(
+        "lora-missing",
+        (r"lora=.*nope not found", r"check the path given as lora="),
+        call=lambda w, fp: _lm(w, lora=str(w / "nope")),
+    ),
+    Case(
+        "correction-missing-folder",
+        (r"correction=.*nope not found", r"check the path given as correction="),
+        call=lambda w, fp: _lm(w, correction=str(w / "nope")),
+    ),
+    Case(
+        "feature-shard-is-a-fifo",
+        (r"feature shard .*rank1.safetensors is not a regular file", r"collect again"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _fifo(w, f"feats/{TASK}_train/rank1.safetensors") and None,
+    ),
+    Case(
+        "feature-shard-unreadable",
+        (r"cannot read feature shard .* \(permission denied\)", r"collect again"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _deny(mp, w / "feats" / f"{TASK}_train" / "rank0.safetensors"),
+    ),
+    Case(
+        "full-disk-under-fit-o",
+        (
+            r"cannot write correction to .*c.safetensors \(No space left on device\)",
+            r"free space or choose another path with -o",
+        ),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _full_disk(mp),
+    ),
+    Case(
+        "full-disk-over-an-existing-correction",
+        (r"No space left on device.*previous file is unchanged", r"free space"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "corr.safetensors")],
+        setup=lambda w, fp, mp: _full_disk(mp),
+    ),
+    Case(
+        "stale-shard-of-another-task",
+        (
+            r"stale feature shard\(s\) rank0.safetensors .* another collection than rank1.safetensors",
+            r"delete them",
+        ),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _stale(w, task="ni065_format_pert_train"),
+    ),
+    Case(
+        "stale-shard-same-prompts-twice",
+        (r"stale feature shard\(s\) rank0.safetensors", r"collect into an empty folder"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _stale(w),
+    ),
+    Case(
+        "stale-shard-other-hidden-size",
+        (r"stale feature shard\(s\) rank0.safetensors", r"delete them"),
+        argv=lambda w: [*_fit(w), "-o", str(w / "c.safetensors")],
+        setup=lambda w, fp, mp: _stale(w, n=16),
+    ),
+    Case(
+        "n-perturbations-1e9",
+        (
+            r"docs need about .* GiB, more than half of this machine",
+            r"lower n_perturbations \(at most about \d+\)",
+        ),
+        call=lambda w, fp: _docs(n_perturbations=10**9),
+    ),
+    Case(
+        "n-perturbations-1e9-text",
+        (r"more than half of this machine", r"lower n_perturbations"),
+        call=lambda w, fp: __import__("lm_eval_robust.tasks.ni").tasks.ni.build_docs(
+            "ni322",
+            "text",
+            "train",
+            __import__("lm_eval_robust.tasks.ni").tasks.ni.NIConfig.from_metadata(
+                {"n_examples": 10, "n_perturbations": 10**9}
+            ),
+        ),
+    ),
+]
+
+
+def _ni_copy(w: Path, mp: pytest.MonkeyPatch, deny: bool) -> None:
+    name = "task065_timetravel_consistent_sentence_classification.json"
+    src = Path(os.environ["LM_EVAL_ROBUST_DATA_DIR"]) / "natural-instructions" / "tasks" / name
+    (w / "data").mkdir()
+    shutil.copy(src, w / "data" / name)
+    if deny:
+        _deny(mp, w / "data" / name)
+
+
+def _stale(w: Path, task: str = f"{TASK}_train", n: int = 8) -> None:
+    """rank0 from an earlier collection beside a newer rank1."""
+    folder = w / "feats" / f"{TASK}_train"
+    old = folder / "rank0.safetensors"
+    new = folder / "rank1.safetensors"
+    old.rename(new)
+    _write_shard(folder, task=task, n=n)  # writes rank0.safetensors
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+
+
+def _cut_run(w: Path) -> None:
+    """A logged run whose --limit cut the first perturbation round (1 of 8 examples has it)."""
+    root = _write_run(w / "cutroot")
+    folder = root / "tiny"
+    samples = next(folder.glob("samples_*.jsonl"))
+    lines = [json.loads(x) for x in samples.read_text().splitlines()]
+    kept = [s for s in lines if s["doc"]["pert_id"] == 0 or s["doc"]["example_id"] == "e0"]
+    kept = [s for s in kept if s["doc"]["pert_id"] <= 1]
+    samples.write_text("".join(json.dumps(s) + "\n" for s in kept))
+    shutil.move(str(root), str(w / "cut"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(
+    case: Case,
+    w: Path,
+    tiny_fp: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    case.setup(w, tiny_fp, monkeypatch)
+    before = snapshot(w)
+    if case.argv is not None:
+        argv = case.argv(w)
+        capsys.readouterr()
+        code = cli_main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (code, err)
+        assert err.endswith("\n") and err.count("\n") == 1, repr(err)
+        msg = err.rstrip("\n")
+        assert msg.startswith(case.prefix), msg
+    else:
+        assert case.call is not None
+        with pytest.raises(UserError) as info:
+            case.call(w, tiny_fp)
+        msg = str(info.value)
+        assert msg and "\n" not in msg and msg == msg.strip(), repr(msg)
+    for pat in case.patterns:
+        assert re.search(pat, msg), f"{pat!r} not in {msg!r}"
+    assert snapshot(w) == before  # nothing written, changed or left behind
+
+
+def test_the_table_is_large_enough() -> None:
+    assert len(CASES) >= 50
+    assert len({c.id for c in CASES}) == len(CASES)
