@@ -188,6 +188,7 @@ class StagedDir:
         self._ctx: contextlib.ExitStack | None = None
         self._tmp: Path | None = None
         self._target: Path | None = None
+        self._made: Path | None = None
 
     def __enter__(self) -> StagedDir:
         self._ctx = contextlib.ExitStack()
@@ -197,6 +198,10 @@ class StagedDir:
     def open(self, target: Path, what: str, keep_others: bool = True) -> Path:
         """A temporary folder beside ``target``, holding a copy of ``target``'s other files."""
         self._target = target
+        missing = target.parent
+        while not missing.parent.exists() and missing.parent != missing:
+            missing = missing.parent
+        self._made = None if missing.exists() else missing  # removed again if nothing lands
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             clean_stale(target)
@@ -221,6 +226,14 @@ class StagedDir:
         tmp, self._tmp = self._tmp, None
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+            if self._made is not None and self._target is not None:
+                with contextlib.suppress(OSError):  # only folders left empty
+                    d = self._target.parent
+                    while True:
+                        d.rmdir()
+                        if d == self._made:
+                            break
+                        d = d.parent
         if self._ctx is not None:
             self._ctx.close()
         if exc_type is _Terminated:

@@ -18,6 +18,9 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -690,3 +693,150 @@ def test_bad_input(
 def test_the_table_is_large_enough() -> None:
     assert len(CASES) >= 50
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+# ---------------------------------------------------------------------------------------------
+# folders appear whole or not at all
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return snapshot(root) if root.exists() else {}
+
+
+def test_export_failing_mid_write_leaves_the_previous_folder(
+    w: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transformers import PreTrainedModel
+
+    out = w / "exported"
+    argv = [*_export(w), "-o", str(out)]
+    assert cli_main(argv) == 0
+    first = _tree(out)
+    assert "config.json" in first and not list(w.glob(".exported*"))
+
+    def half_then_full_disk(self: Any, path: str, **kw: Any) -> None:
+        (Path(path) / "model.safetensors").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", half_then_full_disk)
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "unchanged" in err
+    assert _tree(out) == first  # the previous export, byte for byte
+    assert sorted(p.name for p in w.iterdir() if p.name.startswith(".")) == []
+
+
+def test_export_killed_mid_write(w: Path) -> None:
+    """SIGKILL while writing: the previous folder stays; the next export removes the leftover."""
+    out = w / "exported"
+    assert cli_main([*_export(w), "-o", str(out)]) == 0
+    first = _tree(out)
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from transformers import PreTrainedModel\n"
+        "def slow(self, path, **kw):\n"
+        "    (Path(path) / 'model.safetensors').write_bytes(b'partial')\n"
+        "    print('writing', flush=True)\n"
+        "    time.sleep(60)\n"
+        "PreTrainedModel.save_pretrained = slow\n"
+        "from lm_eval_robust.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *_export(w), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert _tree(out) == first
+    leftovers = [p for p in w.iterdir() if p.name.startswith(".exported")]
+    assert len(leftovers) == 1 and (leftovers[0] / "model.safetensors").read_bytes() == b"partial"
+    assert cli_main([*_export(w), "-o", str(out)]) == 0  # the next run cleans up
+    assert not [p for p in w.iterdir() if p.name.startswith(".exported")]
+    assert (out / "config.json").is_file()
+
+
+def test_replay_into_a_fresh_folder_then_again(w: Path) -> None:
+    from lm_eval_robust.replay import replay
+
+    # the synthetic run has no resps: replay stops while scoring, and leaves nothing behind
+    before = _tree(w)
+    with pytest.raises((KeyError, UserError)):
+        replay(w / "run", w / "rfeats", w / "rcorr.safetensors", w / "replayed")
+    assert _tree(w) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the good inputs next to the bad ones still work
+
+
+@pytest.mark.parametrize("word", ["true", "True", "yes", "on", "y", "1", "t"])
+def test_boolean_spellings_true(word: str) -> None:
+    from lm_eval_robust.validate import parse_bool
+
+    assert parse_bool(word, "prefix_cache") is True
+
+
+@pytest.mark.parametrize("word", ["false", "No", "off", "n", "0", "f"])
+def test_boolean_spellings_false(word: str) -> None:
+    from lm_eval_robust.validate import parse_bool
+
+    assert parse_bool(word, "prefix_cache") is False
+
+
+def test_keys_of_the_other_family_and_model_args_pass(data_dir: Path) -> None:
+    from lm_eval_robust.generation.tasks import GenConfig
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    md = {"n_train": 5, "max_doc_words": 10, "pretrained": "x", "dtype": "float32", "version": 1}
+    assert NIConfig.from_metadata({**md, "config_source": "y"}).n_perturbations == 200
+    assert GenConfig.from_metadata({"format_pool": 20, "n_shots": 1}).n_shots == 1
+
+
+def test_whole_rounds_are_kept_and_a_cut_round_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from lm_eval_robust.metrics import classification as m
+    from lm_eval_robust.metrics.complete import complete_items
+
+    whole = _items(7, {1: 7})
+    assert len(complete_items(whole)) == 14
+    assert m.delta_drop(whole) == pytest.approx(-1.0)  # every perturbed prediction is wrong
+    cut = _items(7, {1: 7, 2: 3})  # --limit 17: round 2 on 3 of 7 examples
+    with caplog.at_level("WARNING"):
+        kept = complete_items(cut)
+    assert len(kept) == 14 and {int(i["pert_id"]) for i in kept} == {0, 1}
+    assert m.delta_drop(cut) == pytest.approx(-1.0)
+    assert any("3 docs of incomplete examples left out" in r.message for r in caplog.records)
+
+
+def test_fit_on_another_split_on_purpose(w: Path) -> None:
+    out = w / "c.safetensors"
+    argv = ["fit", "--task", TASK, "--features", str(w / "feats_test" / TASK), "--lam", "1"]
+    assert cli_main([*argv, "--any-split", "-o", str(out)]) == 0
+    assert out.is_file()
+
+
+def test_a_fitted_correction_is_far_inside_the_scale_bound(
+    w: Path, tiny_fp: dict[str, Any]
+) -> None:
+    """The bound refuses nonsense, not real fits: a correction fitted on the tiny model loads."""
+    from lm_eval_robust.correction import load
+    from lm_eval_robust.validate import correction_scale
+
+    corr = load(w / "corr.safetensors")
+    rows = np.random.default_rng(0).normal(size=(2, int(tiny_fp["hidden_size"])))
+    shift, scale = correction_scale(corr, rows)
+    assert shift == 0.0 and scale > 0
+    argv = ["fit", "--task", TASK, "--features", str(w / "feats" / f"{TASK}_train"), "--lam", "1"]
+    assert cli_main([*argv, "-o", str(w / "fit.safetensors")]) == 0
+    fitted = load(w / "fit.safetensors")
+    shift, scale = correction_scale(fitted, rows[:, :8])
+    assert 0 < shift < 1000 * scale
