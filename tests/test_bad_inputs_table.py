@@ -294,6 +294,23 @@ CASES: list[Case] = [
         call=lambda w, fp: _docs(textrate=0.1),
     ),
     Case(
+        "metadata-misspelt-prompt-style",
+        (r"unknown setting 'promptstyle'", r"did you mean 'prompt_style'"),
+        call=lambda w, fp: _docs(promptstyle="chat"),
+    ),
+    Case(
+        "metadata-n-perturbations-1e9-generation",
+        (r"nq_open_text: .* more than half of this machine", r"lower n_perturbations"),
+        call=lambda w, fp: __import__(
+            "lm_eval_robust.generation.tasks"
+        ).generation.tasks.build_docs(
+            "nq_open",
+            "text",
+            "test",
+            _gen_config({"n_examples": 20, "n_train": 5, "n_perturbations": 10**9}),
+        ),
+    ),
+    Case(
         "metadata-unknown-key",
         (r"unknown setting 'colour'", r"valid: data_dir, .*n_perturbations"),
         call=lambda w, fp: _docs(colour="red"),
@@ -691,7 +708,7 @@ def test_bad_input(
 
 
 def test_the_table_is_large_enough() -> None:
-    assert len(CASES) >= 50
+    assert len(CASES) >= 60
     assert len({c.id for c in CASES}) == len(CASES)
 
 
