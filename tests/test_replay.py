@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import gzip
 import json
 import math
 from pathlib import Path
@@ -46,10 +47,12 @@ def _run(tmp: Path, model_dir: Path, out: str, **extra: str) -> Path:
 
 
 def _samples(run: Path) -> dict[tuple[str, int], dict]:
-    files = list(run.glob(f"*/samples_{TASK}_*.jsonl"))
+    files = list(run.glob(f"*/samples_{TASK}_*.jsonl")) + list(run.glob(f"*/samples_{TASK}_*.gz"))
     assert len(files) == 1
     out = {}
-    for line in files[0].read_text(encoding="utf-8").splitlines():
+    raw = files[0].read_bytes()
+    text = gzip.decompress(raw).decode("utf-8") if files[0].suffix == ".gz" else raw.decode()
+    for line in text.splitlines():
         s = json.loads(line)
         out[(s["doc"]["example_id"], s["doc"]["pert_id"])] = s
     return out
