@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import io
 import gzip
+import io
 import json
 import math
 from pathlib import Path
