@@ -22,7 +22,17 @@ VARIANTS = {
     "hf": ("hf", {}),
     "debiased_hf": ("debiased_hf", {"prefix_cache": True}),
     "debiased_hf_nocache": ("debiased_hf", {"prefix_cache": False}),
+    # the same, scoring labels from the model's own half-precision logits (before float32
+    # label scores): the float32 recomputation's cost is the ratio to debiased_hf_nocache
+    "debiased_hf_nocache_native_scores": ("debiased_hf", {"prefix_cache": False}),
 }
+
+
+class _NativeScores:
+    """Label scores from the model's own logits (no float32 recomputation)."""
+
+    def scores(self, logits: Any, hidden: Any) -> Any:
+        return logits
 
 
 def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -> Any:
@@ -38,7 +48,10 @@ def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -
     else:
         kind, extra = VARIANTS[variant]
     cls = HFLM if kind == "hf" else DebiasedHFLM
-    return cls(pretrained=path, **kw, **extra)
+    lm = cls(pretrained=path, **kw, **extra)
+    if variant.startswith("debiased_hf_nocache_native_scores"):
+        lm._label_scorer = _NativeScores()
+    return lm
 
 
 class RawForward:

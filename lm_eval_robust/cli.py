@@ -429,7 +429,12 @@ def _cmd_replay(argv: Sequence[str]) -> int:
     )
     p.add_argument("run", help="the base run's --output_path folder")
     p.add_argument("--features", required=True, help="the base run's collect_features folder")
-    p.add_argument("--correction", required=True, help="correction file or folder (fit -o)")
+    p.add_argument(
+        "--correction",
+        default=None,
+        help="correction file or folder (fit -o); without it the run is only rescored (label "
+        "scores of a half-precision run recomputed in float32 from its features)",
+    )
     p.add_argument("-o", "--out", required=True, help="output folder of the replayed run")
     args = p.parse_args(list(argv))
     from lm_eval_robust.replay import replay

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -172,6 +173,7 @@ class DebiasedHFLM(HFLM):
                 layer_correction, self.fingerprint, self.model
             )
         self._collector = FeatureCollector(collect_features) if collect_features else None
+        self._label_scorer = Float32LabelScorer(self.model)
         self._prefix_cache: PrefixCache | None = None
         if self._use_prefix_cache(prefix_cache) and self.backend == "causal":
             self._prefix_cache = PrefixCache(
@@ -193,6 +195,13 @@ class DebiasedHFLM(HFLM):
             "debiased_hf: prefix_cache=auto -> %s (model dtype %s)", "on" if on else "off", dtype
         )
         return on
+
+    def get_model_info(self) -> dict[str, Any]:
+        """The parent's model info plus the precision of the label scores (the report refuses to
+        pair runs whose label scores differ in precision)."""
+        info = dict(super().get_model_info())
+        info["label_score_dtype"] = LABEL_SCORE_DTYPE
+        return info
 
     def _enable_cpu_data_parallel(self) -> None:
         """Split docs across ``accelerate launch --cpu`` processes.
@@ -320,8 +329,17 @@ class DebiasedHFLM(HFLM):
             for i, r in zip(slow, slow_res, strict=True):
                 results[i] = r
         if rows:
+            if self._collector is not None and getattr(self.cache_hook, "dbdict", None):
+                raise FeatureError(
+                    "collect_features= cannot be combined with --use_cache: requests answered "
+                    "from the cache skip the model, so their features would be missing; drop "
+                    "--use_cache or collect features in a run of its own"
+                )
             for i, r in self._last_positions_loglikelihood(list(rows.values()), disable_tqdm):
                 results[i] = r
+                # feed the harness's --use_cache database as results arrive, so a killed run
+                # restarted with the same --use_cache recomputes only what was not finished
+                self.cache_hook.add_partial("loglikelihood", requests[i].args, r)
             if self._prefix_cache is not None and self.rank == 0:
                 s = self._prefix_cache.stats
                 log.warning(
@@ -484,9 +502,10 @@ class DebiasedHFLM(HFLM):
             chunk = rows[start : start + bs]
             n_keep = max(len(cont) for r in chunk for _, cont in r.requests)
             logits, hidden = self._forward_last([r.inp for r in chunk], n_keep)
+            logits = self._label_scorer.scores(logits, hidden)
             for b, row in enumerate(chunk):
                 self._debias_row(row, logits[b, -1], hidden[b, -1])
-            logprobs = F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
+            logprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
             greedy = logprobs.argmax(dim=-1)
             for b, row in enumerate(chunk):
                 for i, cont in row.requests:
@@ -547,6 +566,77 @@ class DebiasedHFLM(HFLM):
         with last_positions_head(self.model, positions) as captured:
             logits = self._model_call(inps)  # [batch, n_keep, vocab]
         return logits, captured["hidden"]
+
+
+#: precision of every label log-likelihood of the last-positions path (recorded in results files)
+LABEL_SCORE_DTYPE = "float32"
+
+
+class LabelScoreError(UserError):
+    """An output layer whose logits cannot be recomputed in float32 from its input."""
+
+
+class Float32LabelScorer:
+    """Logits at the scored positions in float32, from the head's input, whatever the model's dtype.
+
+    A bf16 head rounds logits to 8 significant bits, so distinct labels often get exactly equal
+    log-likelihoods and the first label wins every such tie. Here the head's input ``x`` (the
+    model's own, in its dtype) is multiplied by a float32 copy of the head weight (and bias), the
+    model's final logit soft-capping is applied in float32, and the log-softmax normaliser is then
+    taken over the float32 logits. Only the scored positions are computed, so the cost is one
+    ``[rows, hidden] x [hidden, vocab]`` product per batch; the float32 weight copy is made once.
+    The first call checks that the recomputed logits agree with the model's own to its precision
+    (a head that scales or post-processes logits otherwise is refused rather than mis-scored).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self._weight: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+        self._key: tuple[int, int] | None = None
+        self._checked = False
+        cfg = getattr(model, "config", None)
+        text_cfg = getattr(cfg, "text_config", None) or cfg
+        cap = getattr(text_cfg, "final_logit_softcapping", None)
+        self.softcap = float(cap) if cap else None
+
+    def _head32(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        head = self.model.get_output_embeddings()  # type: ignore[operator]
+        w = head.weight
+        key = (w.data_ptr(), int(w._version))
+        if self._weight is None or self._key != key:
+            self._weight = w.detach().to(torch.float32)
+            b = getattr(head, "bias", None)
+            self._bias = None if b is None else b.detach().to(torch.float32)
+            self._key = key
+        return self._weight, self._bias
+
+    def scores(self, logits: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[batch, k, vocab]`` for the model's ``logits`` at the same positions."""
+        if logits.dtype == torch.float32 and hidden.dtype == torch.float32:
+            return logits
+        w, b = self._head32()
+        out = F.linear(hidden.detach().to(device=w.device, dtype=torch.float32), w, b)
+        if self.softcap is not None:
+            out = torch.tanh(out / self.softcap) * self.softcap
+        out = out.to(logits.device)
+        if not self._checked:
+            self._check(out, logits)
+        return out
+
+    def _check(self, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+        ref = theirs.to(torch.float32)
+        # the model's logits are ours rounded to its precision (up to summation order)
+        eps = torch.finfo(theirs.dtype).eps
+        tol = 4 * eps * ref.abs().amax().clamp(min=1.0) + 1e-3
+        err = float((ours - ref).detach().abs().amax())
+        if not math.isfinite(err) or err > float(tol):
+            raise LabelScoreError(
+                f"this model's output layer does more than x @ W.T (+ bias, soft-capping): its "
+                f"{theirs.dtype} logits differ from the float32 recomputation by {err:.3g}; run "
+                "it in float32 (--model_args dtype=float32)"
+            )
+        self._checked = True
 
 
 class FeatureCollector:
@@ -629,6 +719,7 @@ class FeatureCollector:
                 "pert_kind": [m["pert_kind"] for m in meta],
                 "format_id": [m["format_id"] for m in meta],
                 "prompt_style": self._styles.get(task, "plain"),
+                "label_score_dtype": LABEL_SCORE_DTYPE,
                 "fingerprint": fingerprint(task) if callable(fingerprint) else fingerprint,
             }
             out = self.directory / task / f"rank{rank}.safetensors"

@@ -63,11 +63,7 @@ def _samples_file(folder: Path, task: str, stamp: str) -> Path:
     raise ReplayError(f"{folder}: no samples file for {task}; the base run needs --log_samples")
 
 
-def _bias_table(task: str, features_dir: Path, correction: Any) -> dict[tuple[str, int], Any]:
-    """``(example_id, pert_id) -> b`` for every prompt with collected features."""
-    import torch
-
-    from lm_eval_robust.correction import apply_correction
+def _task_features(task: str, features_dir: Path) -> Any:
     from lm_eval_robust.fit.features import load_features
 
     fdir = features_dir / task
@@ -76,7 +72,27 @@ def _bias_table(task: str, features_dir: Path, correction: Any) -> dict[tuple[st
             f"no features for {task} in {features_dir}; rerun the base run with "
             "--model_args collect_features=DIR on the same tasks"
         )
-    feats = load_features(fdir)
+    return load_features(fdir)
+
+
+def _rescore_table(feats: Any) -> dict[tuple[str, int], np.ndarray]:
+    """``(example_id, pert_id) -> float32 logits − recorded logits`` of a half-precision run:
+    adding it to the recorded log-likelihoods gives the float32 scores (the per-prompt
+    normaliser is the recorded one; it is shared by the labels, so no metric depends on it)."""
+    if feats.label_logits_recorded is None:
+        return {}
+    delta = feats.label_logits.astype(np.float64) - feats.label_logits_recorded.astype(np.float64)
+    keys = zip(feats.example_id, feats.pert_id, strict=True)
+    return {(str(e), int(p)): delta[i] for i, (e, p) in enumerate(keys)}
+
+
+def _bias_table(feats: Any, correction: Any) -> dict[tuple[str, int], Any]:
+    """``(example_id, pert_id) -> b`` for every prompt with collected features."""
+    import torch
+
+    from lm_eval_robust.correction import apply_correction
+
+    task = feats.task
     ids = [int(t) for t in feats.label_token_ids[0]]
     if not correction.stats.get("labels_are_positions") and ids != correction.label_token_ids:
         raise ReplayError(
@@ -100,11 +116,16 @@ def _bias_table(task: str, features_dir: Path, correction: Any) -> dict[tuple[st
 def replay(
     base_run: str | Path,
     features: str | Path,
-    correction: str | Path,
+    correction: str | Path | None,
     out: str | Path,
 ) -> Path:
     """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied.
 
+    Label scores are float32, as ``debiased_hf`` writes them: a base run recorded in half
+    precision (before label scores were float32) is first rescored from its features, and the
+    corrected scores are rounded to float32, so base and replay compare at one precision.
+    Without ``correction`` the run is only rescored. The results file records
+    ``label_score_dtype`` and, per correction, its radii measured on this run's (test) features.
     The folder ``out/<model>`` appears whole or not at all (written beside it, then moved into
     place); an ``-o`` that is, or holds, the base run, its features or the correction is refused.
     """
@@ -139,7 +160,7 @@ def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
 def _replay(
     base_run: str | Path,
     features: str | Path,
-    correction: str | Path,
+    correction: str | Path | None,
     out: str | Path,
     stage: Any,
 ) -> Path:
@@ -178,16 +199,39 @@ def _replay(
         d = features_dir / task
         return load_features(d).fingerprint if d.is_dir() else first
 
-    corrections = load_corrections(str(correction), fingerprint_of, _head_rows(features_dir))
+    from lm_eval_robust.fit.measure import measure_radii
+
+    corrections = (
+        load_corrections(str(correction), fingerprint_of, _head_rows(features_dir))
+        if correction
+        else {}
+    )
     target = Path(out) / results_file.parent.name
     target = _stage(stage, target, results_file.parent, features, correction)
     new_results = json.loads(json.dumps(results))
+    base_dtype = str((results.get("config") or {}).get("label_score_dtype", ""))
     replayed: list[str] = []
+    radii_test: dict[str, dict[str, Any]] = {}
     for task in tasks:
         key = correction_key(task)
-        if key not in corrections:
+        if correction and key not in corrections:
             continue
-        table = _bias_table(task, features_dir, corrections[key])
+        if not correction and not (features_dir / task).is_dir():
+            continue
+        feats = _task_features(task, features_dir)
+        rescore = {} if base_dtype == "float32" else _rescore_table(feats)
+        if base_dtype != "float32" and not rescore:
+            raise ReplayError(
+                f"{results_file.name} records no float32 label scores but the features of "
+                f"{task} are float32 ones; use the features collected by this run"
+            )
+        if correction:
+            table = _bias_table(feats, corrections[key])
+            corr = corrections[key]
+            phi = float((corr.stats.get("radii") or {}).get("phi", 0.05))
+            radii_test[key] = measure_radii(feats, corr, phi=phi)
+        else:
+            table = {k: np.zeros_like(v) for k, v in rescore.items()}
         src = _samples_file(results_file.parent, task, stamp)
         opener = gzip.open if src.suffix == ".gz" else open
         items: list[dict[str, Any]] = []
@@ -205,7 +249,10 @@ def _replay(
                         "the features come from another run or settings"
                     )
                 ll = np.array([float(r[0][0]) for r in sample["resps"]])
-                fixed = corrected_loglikelihoods(ll, table[k])
+                if rescore:
+                    ll = ll + rescore[k]
+                # float32, as debiased_hf scores labels: ties compare at one precision
+                fixed = corrected_loglikelihoods(ll, table[k]).astype(np.float32).astype(float)
                 # logged as the harness logs them: strings; the greedy flag is kept as logged
                 resps = [
                     [[repr(float(v)), str(r[0][1])]]
@@ -217,33 +264,48 @@ def _replay(
                 sample.update(values)
                 items.append(next(iter(values.values())))
                 lines.append(json.dumps(sample, ensure_ascii=False))
-        dst = target / f"samples_{task}_{stamp}.jsonl"
-        write_atomic(("\n".join(lines) + "\n").encode("utf-8"), dst, what="replayed samples")
+        # compressed, as the report reads them: a replayed run costs a tenth of the disk
+        dst = target / f"samples_{task}_{stamp}.jsonl.gz"
+        data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
+        write_atomic(data, dst, what="replayed samples")
         for metric, fn in _aggregators(new_results["results"][task]).items():
             new_results["results"][task][metric] = float(fn(items))
         replayed.append(task)
     if not replayed:
+        if not correction:
+            raise ReplayError(
+                f"no task of {results_file.name} ({', '.join(tasks)}) has features in "
+                f"{features_dir}; give the base run's collect_features folder"
+            )
         raise ReplayError(
             f"none of the corrections in {correction} ({sorted(corrections)}) is for a task of "
             f"{results_file.name} ({', '.join(tasks)})"
         )
     cfg = new_results.setdefault("config", {})
+    cfg["label_score_dtype"] = "float32"
     args = cfg.get("model_args")
-    if isinstance(args, str):
+    if correction and isinstance(args, str):
         cfg["model_args"] = (
             f"{args},correction={correction}" if args else f"correction={correction}"
         )
-    elif isinstance(args, dict):
+    elif correction and isinstance(args, dict):
         args["correction"] = str(correction)
+    summaries: dict[str, dict[str, Any]] = {}
+    for t in replayed if correction else []:
+        key = correction_key(t)
+        summaries[key] = dict(fit_summary(corrections[key]))
+        summaries[key]["p_eps_V_test"] = radii_test[key]["p_eps_V"]
+        summaries[key]["p_eps_L_test"] = radii_test[key]["p_eps_L"]
     new_results["lm_eval_robust_replay"] = {
         "base_run": str(results_file),
         "features": str(features_dir),
-        "correction": str(correction),
+        "correction": str(correction) if correction else None,
+        "rescored_from": None if base_dtype == "float32" else (base_dtype or "model dtype"),
         "tasks": replayed,
-        # the fit's own numbers (method, λ, p_εV/p_εL on the train features) for the report
-        "corrections": {
-            correction_key(t): fit_summary(corrections[correction_key(t)]) for t in replayed
-        },
+        # the fit's own numbers (method, λ, p_εV/p_εL on the train features) and the radii
+        # measured on this run's features, for the report
+        "corrections": summaries,
+        "radii_test": radii_test,
     }
     new_results["results"] = {t: new_results["results"][t] for t in replayed}
     new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}

@@ -155,6 +155,7 @@ def _write_shard(
         "pert_kind": ["format"] * 24,
         "format_id": ["f"] * 24,
         "fingerprint": FAKE_FP,
+        "label_score_dtype": "float32",
     }
     save_file(
         tensors, str(folder / "rank0.safetensors"), metadata={"lm_eval_robust": json.dumps(header)}

@@ -12,6 +12,9 @@ import pytest
 from lm_eval_robust.metrics import certify as ct
 from lm_eval_robust.metrics.certify import CertConfig, MarginTable
 
+#: the conservative estimator, which the hand computations below follow
+FREE = CertConfig.named("distribution_free")
+
 
 def _table(clean: list[list[float]], gold: list[int], variants: dict[int, list[list[float]]]):
     """Items for examples ``0..E-1``: clean lls, gold, and per example its variants' lls."""
@@ -91,7 +94,7 @@ def test_box_statistics_and_certificates_by_hand() -> None:
     # phi = 0.5 (binary: phi_j = 0.5) -> kappa = ln(1/0.3); Hoeffding needs rho + 1 > 3.10351,
     # Cantelli needs rho + 1 > 1.7638.
     table = _with_estimation_shifts([2.5, 1.0, 0.5], [-1.0, 0.0, 1.0, 3.0], k=8)
-    cfg = CertConfig(phi=0.5)
+    cfg = CertConfig.named("distribution_free", phi=0.5)
     cert = ct.certify(table, cfg)
     st = cert.stats
     np.testing.assert_allclose(st.low[:, 0], -1.0)
@@ -113,7 +116,7 @@ def test_box_statistics_and_certificates_by_hand() -> None:
 def test_histogram_density_ratio_by_hand() -> None:
     # 9 shifts [0 x6, 1, 2, 3]: 3 bins of width 1 hold 6, 1, 2 -> C V_B = 3 * 6 / 9 = 2
     table = _with_estimation_shifts([1.0], [0.0] * 6 + [1.0, 2.0, 3.0], k=18)
-    st = ct.certify(table).stats
+    st = ct.certify(table, FREE).stats
     assert float(st.cv[0, 0]) == pytest.approx(2.0)
     assert float(st.eps[0, 0]) == pytest.approx(0.1)
     uniform = ct.certify(table, CertConfig(density_rule="uniform", eps_rule="zero")).stats
@@ -124,7 +127,7 @@ def test_histogram_density_ratio_by_hand() -> None:
 def test_zero_width_box_is_a_point_mass() -> None:
     # every estimation shift is -0.5: certified iff rho - 0.5 > 0 (and eps < phi)
     table = _with_estimation_shifts([0.6, 0.4], [-0.5] * 20, k=40)
-    cert = ct.certify(table)
+    cert = ct.certify(table, FREE)
     assert cert.certified_h.tolist() == [True, False]
     assert cert.certified_c.tolist() == [True, False]
 
@@ -138,7 +141,7 @@ def test_multiclass_needs_every_competitor() -> None:
         e: [[0.0, c[1] + rng.normal(0, 0.1), c[2] + rng.normal(0, 0.1)] for _ in range(k)]
         for e, c in enumerate(clean)
     }
-    cert = ct.certify(MarginTable.from_items(_table(clean, [0, 0], variants)))
+    cert = ct.certify(MarginTable.from_items(_table(clean, [0, 0], variants)), FREE)
     assert cert.certified_h.tolist() == [False, True]
     assert cert.certified_c.tolist() == [False, True]
     # phi_j = phi / (Q - 1): with 20 estimation variants eps = 1/21 < 0.05 is still possible
@@ -147,10 +150,10 @@ def test_multiclass_needs_every_competitor() -> None:
 
 def test_too_few_variants_is_nan_with_a_note() -> None:
     table = _with_estimation_shifts([5.0, 6.0], [0.0] * 5, k=10)  # n = 5: eps = 1/6 > 0.1
-    cert = ct.certify(table)
+    cert = ct.certify(table, FREE)
     assert math.isnan(cert.p_h) and math.isnan(cert.P_c)
     assert "estimation variants" in cert.note and "K >= 19" in cert.note
-    zero = ct.certify(table, CertConfig(eps_rule="zero"))
+    zero = ct.certify(table, CertConfig(eps_rule="zero", density_rule="histogram"))
     assert zero.p_h == 100.0  # the paper's plug-in reading certifies them
 
 
@@ -260,3 +263,68 @@ def test_certified_examples_fail_at_most_phi_on_fresh_variants(noise: str) -> No
         # and the verification half of certified examples is nearly always right
         v = ct.verification(cert, "h")
         assert v.acc_certified >= 1 - phi
+
+
+def test_paper_estimator_by_hand() -> None:
+    """One binary example, clean margin 1, estimation shifts {-0.5, 0.3}: the paper's reading."""
+    items = [{"task": "t", "example_id": "e", "pert_id": 0, "gold": 0, "ll": [0.0, -1.0]}]
+    # margins of the variants: 1 + shift; pick pert ids so both fall in the estimation half
+    shifts = {}
+    for pid in range(1, 40):
+        shifts[pid] = [-0.5, 0.3][pid % 2]
+    for pid, z in shifts.items():
+        items.append(
+            {"task": "t", "example_id": "e", "pert_id": pid, "gold": 0, "ll": [0.0, -(1 + z)]}
+        )
+    table = ct.MarginTable.from_items(items)
+    cfg = CertConfig.named("paper", phi=0.1)
+    cert = ct.certify(table, cfg)
+    st = cert.stats
+    low, high = st.low[0, 0], st.high[0, 0]
+    assert (low, high) == pytest.approx((-0.5, 0.3))
+    assert st.eps[0, 0] == 0.0 and st.cv[0, 0] == 1.0
+    kap = math.log(1.0 / 0.1)  # C V_B = 1, eps_B = 0, phi_j = phi (binary)
+    c = 0.4
+    mu = -0.1
+    nu = 0.8**2 / 12
+    xi_h = c * math.sqrt(2 * kap)
+    gamma = 2 / 3 * c * kap
+    xi_b = gamma + math.sqrt(gamma**2 + 2 * kap * nu)
+    cantelli = math.sqrt(nu * (math.exp(kap) - 1))
+    assert ct.hoeffding_bernstein_threshold(c, nu, kap) == pytest.approx(min(xi_h, xi_b))
+    assert ct.cantelli_threshold(nu, kap) == pytest.approx(cantelli)
+    assert bool(cert.certified_h[0]) == (1.0 > -mu + min(xi_h, xi_b))
+    assert bool(cert.certified_c[0]) == (1.0 > -mu + cantelli)
+    # by hand: xi_H = 0.4 * sqrt(2 ln 10) = 0.858 -> 1 > 0.958: certified; Cantelli 0.693
+    assert cert.certified_h[0] and cert.certified_c[0]
+    # the distribution-free estimator needs eps_B = 1/(n+1) < 0.1: here n = 20, so it can run
+    free = ct.certify(table, CertConfig.named("distribution_free", phi=0.1))
+    assert free.stats.eps[0, 0] == pytest.approx(1 / 21)
+
+
+def test_certificate_checks_report_both_estimators() -> None:
+    rng = np.random.default_rng(3)
+    items = []
+    for e in range(12):
+        m = rng.normal(1.0, 1.0)
+        items.append({"task": "t", "example_id": f"e{e}", "pert_id": 0, "gold": 0, "ll": [0.0, -m]})
+        for pid in range(1, 41):
+            z = rng.normal(-0.2, 0.3)
+            items.append(
+                {
+                    "task": "t",
+                    "example_id": f"e{e}",
+                    "pert_id": pid,
+                    "gold": 0,
+                    "ll": [0.0, -(m + z)],
+                }
+            )
+    checks = ct.certificate_checks(ct.MarginTable.from_items(items), phi=0.1)
+    names = {(c.estimator, c.rule) for c in checks}
+    assert ("paper", "c") in names and ("paper", "h") in names
+    assert ("distribution_free", "h") in names
+    for c in checks:
+        if c.n_certified:
+            # certified examples hold on their held-back variants in this clean setting
+            assert c.acc_certified >= 0.9 and not c.flagged
+            assert c.worst_certified <= c.acc_certified

@@ -69,7 +69,7 @@ def test_fit_radius_change_is_averaged_over_the_tasks_that_have_it(tmp_path: Pat
     fits = {"ni220_format_pert": {"p_eps_V": 40.0}, "ni065_format_pert": {"p_eps_V": 10.0}}
     runs[1] = replace(runs[1], fits=fits)
     report = build_report(runs, FAST)
-    cells = _cells(summary_markdown(report), "format", "p_εV (fit)")
+    cells = _cells(summary_markdown(report), "format", "p_εV (train)")
     assert cells[2:] == ["25.0", f"{statistics.stdev([40.0, 10.0]):.1f}", "2"]
     assert not any("p_εL" in line for line in summary_markdown(report))
     assert {t.task: t.fit.get("p_eps_V") for t in report.tasks if t.run == "debiased"} == {
@@ -86,5 +86,5 @@ def test_a_run_with_fewer_tasks_than_another(tmp_path: Path) -> None:
     runs[2] = replace(runs[2], tasks={only: runs[2].tasks[only]}, fits={only: {"p_eps_V": 7.0}})
     runs[1] = replace(runs[1], fits={t: {"p_eps_V": 40.0} for t in runs[1].tasks})
     lines = summary_markdown(build_report(runs, FAST))
-    cells = _cells(lines, "format", "p_εV (fit)")
+    cells = _cells(lines, "format", "p_εV (train)")
     assert cells[2:] == ["40.0", "0.0", "2", "7.0", "–", "1"]

@@ -35,6 +35,10 @@ class Features:
     fingerprint: dict[str, Any]
     head_rows: np.ndarray  # [d, n] LM-head rows of the clean prompts' label tokens
     prompt_style: str = "plain"  # "plain" or "chat" (the model's chat template)
+    #: "float32", or "float32 (rescored)" for shards recorded in the model's half precision
+    label_score_dtype: str = "float32"
+    #: the half-precision logits a rescored shard recorded (None when it recorded float32)
+    label_logits_recorded: np.ndarray | None = None
 
     @property
     def clean(self) -> np.ndarray:
@@ -164,15 +168,92 @@ def load_features(directory: str | Path) -> Features:
     lg = cat["label_logits"][order].astype(np.float32)
     if not (np.isfinite(x).all() and np.isfinite(lg).all()):
         raise FeatureFileError(f"{d}: features contain NaN or inf; recollect in float32")
+    head_rows = parts[0][0]["head_rows"].astype(np.float32)
+    ids = cat["label_token_ids"][order]
+    score_dtype = "float32"
+    recorded = None
+    if any(h.get("label_score_dtype") != "float32" for _, h in parts):
+        recorded = lg
+        fp = json.loads(next(iter(fps)))
+        lg = rescore_label_logits(d, x, lg, ids, head_rows, fingerprint=fp)
+        score_dtype = "float32 (rescored)"
     return Features(
         task=tasks.pop(),
         x=x,
         label_logits=lg,
-        label_token_ids=cat["label_token_ids"][order],
+        label_token_ids=ids,
         pert_id=cat["pert_id"][order],
         gold=cat["gold"][order],
         example_id=ex[order],
         fingerprint=json.loads(fps.pop()),
-        head_rows=parts[0][0]["head_rows"].astype(np.float32),
+        head_rows=head_rows,
         prompt_style=styles.pop(),
+        label_score_dtype=score_dtype,
+        label_logits_recorded=recorded,
     )
+
+
+def rescore_label_logits(
+    where: Path,
+    x: np.ndarray,
+    recorded: np.ndarray,
+    ids: np.ndarray,
+    head_rows: np.ndarray,
+    fingerprint: dict[str, Any] | None = None,
+) -> np.ndarray:
+    """Label logits recomputed in float32 as ``x · w_label`` for shards recorded before label
+    scores were float32 (their logits are the model's half-precision ones, full of exact ties).
+
+    ``x`` is the head's input exactly as the model computed it, so this is what the float32 path
+    of ``debiased_hf`` computes live. When every row scores the tokens of the recorded head rows
+    those rows suffice; when rows score different tokens (format perturbations that change the
+    label's rendering) the head weight is read from the model folder the fingerprint names, and
+    used only if its hash is the fingerprint's. It is refused when neither is possible, or when
+    the recomputation disagrees with the recorded logits by more than their rounding (a head with
+    a scale or soft-capping).
+    """
+    if ids.size and not (ids == ids[:1]).all():
+        weight = _head_weight(where, fingerprint or {})
+        rows = weight[ids.reshape(-1)].reshape(*ids.shape, -1)  # [rows, d, n]
+        ours = np.einsum("rn,rdn->rd", x.astype(np.float32), rows).astype(np.float32)
+    else:
+        ours = (x.astype(np.float32) @ head_rows.T.astype(np.float32)).astype(np.float32)
+    scale = max(1.0, float(np.abs(recorded).max())) if recorded.size else 1.0
+    err = float(np.abs(ours - recorded).max()) if recorded.size else 0.0
+    if err > 2.0**-6 * scale + 1e-3:
+        raise FeatureFileError(
+            f"{where}: recomputing the label logits in float32 from the recorded head inputs "
+            f"differs from the recorded ones by {err:.3g} (more than their rounding); collect "
+            "the features again with this version"
+        )
+    return ours
+
+
+_HEADS: dict[str, np.ndarray] = {}
+
+
+def _head_weight(where: Path, fingerprint: dict[str, Any]) -> np.ndarray:
+    """The float32 LM-head weight of the model the fingerprint names, checked by its hash."""
+    path = fingerprint.get("name_or_path")
+    want = fingerprint.get("head_sha256")
+    if not path or not want or not Path(str(path)).is_dir():
+        raise FeatureFileError(
+            f"{where}: half-precision features whose rows score different label tokens need the "
+            f"model's head to be rescored in float32, and its folder {path!r} is not here; "
+            "collect the features again"
+        )
+    if want not in _HEADS:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from lm_eval_robust.correction import _hash_tensor
+
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
+        weight = model.get_output_embeddings().weight.detach()
+        if _hash_tensor(weight) != want:
+            raise FeatureFileError(
+                f"{where}: the head of {path} is not the one these features were collected with; "
+                "collect the features again"
+            )
+        _HEADS[want] = weight.float().numpy()
+    return _HEADS[want]

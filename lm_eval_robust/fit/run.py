@@ -19,16 +19,15 @@ from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.clean_cal import clean_offset
 from lm_eval_robust.fit.constant import constant_search, decision_gamma
 from lm_eval_robust.fit.features import Features, PairedFeatures
+from lm_eval_robust.fit.measure import measure_radii
 from lm_eval_robust.fit.radii import (
     Radii,
-    compare_radii,
     perturbation_bound,
     robustness_radii,
 )
 from lm_eval_robust.fit.ridge import (
     BETA_RULES,
     fit_ridge,
-    predict_bias,
     select_alpha,
     select_lambda,
 )
@@ -73,27 +72,6 @@ def _radii(p: PairedFeatures, f: np.ndarray, feats: Features, s: FitSettings) ->
     )
 
 
-def _radii_stats(before: Radii, after: Radii) -> dict[str, Any]:
-    change = compare_radii(before, after)
-    out: dict[str, Any] = {
-        "phi": before.phi,
-        "m": before.m,
-        "c": before.c,
-        "C_before": before.C.tolist(),
-        "C_after": after.C.tolist(),
-        "V_before": before.V.tolist(),
-        "V_after": after.V.tolist(),
-        "eps_V_before": before.eps_V.tolist(),
-        "eps_V_after": after.eps_V.tolist(),
-        "p_eps_V": change.p_eps_V,
-    }
-    if before.eps_L is not None and after.eps_L is not None:
-        out["eps_L_before"] = before.eps_L.tolist()
-        out["eps_L_after"] = after.eps_L.tolist()
-        out["p_eps_L"] = change.p_eps_L
-    return out
-
-
 def fit_features(feats: Features, settings: FitSettings) -> Correction:
     """Fit a correction on one task's train features."""
     spec = get_spec(feats.task.split("_")[0])
@@ -114,7 +92,6 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         # the RMS norm of the head's input on train: the scale of the load-time size check
         "x_norm": float(np.sqrt(np.mean(np.sum(feats.x.astype(np.float64) ** 2, axis=1)))),
     }
-    before = _radii(p, f, feats, settings)
     key = correction_key(feats.task)
     # what every correction kind records about where it belongs (stats keeps growing below)
     identity: dict[str, Any] = {
@@ -129,21 +106,22 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         # mean label logit over every train prompt, clean and perturbed (equivalently the mean
         # label log-probability: the per-prompt normaliser is shared by all labels).
         beta = feats.label_logits.mean(axis=0)
-        after = _radii(p, f, feats, settings)  # a constant shift leaves F unchanged
-        stats["radii"] = _radii_stats(before, after)
         stats["estimated_on"] = "train split, all prompts (clean and perturbed)"
-        return Correction(
+        corr = Correction(
             method="batch_calibration",
             W=None,
             beta=np.asarray(beta, dtype=np.float64),
             **identity,
         )
+        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
+        return corr
     if settings.method == "clean_calibration":
         # the clean-calibrated reference: no perturbed prompt is used
         beta = clean_offset(feats.label_logits[clean_rows], feats.gold[clean_rows])
-        stats["radii"] = _radii_stats(before, before)  # a constant shift leaves F unchanged
         stats["estimated_on"] = "train split, clean prompts only (offset maximising BAC)"
-        return Correction(method="clean_calibration", W=None, beta=beta, **identity)
+        corr = Correction(method="clean_calibration", W=None, beta=beta, **identity)
+        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
+        return corr
     if settings.method == "constant":
         search = constant_search_of(feats, settings)
         stats["constant_search"] = {
@@ -152,7 +130,9 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             "baseline": search.baseline,
             "at_b": search.at_b,
         }
-        return Correction.from_constant(search, **identity)
+        corr = Correction.from_constant(search, **identity)
+        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
+        return corr
     cv_args = dict(
         x_pert=p.x_pert,
         f=f,
@@ -181,9 +161,9 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi, beta=settings.beta
     )
     stats["beta_rule"] = settings.beta
-    after = _radii(p, f - predict_bias(fit, p.x_pert), feats, settings)
-    stats["radii"] = _radii_stats(before, after)
-    return Correction.from_ridge(fit, **identity)
+    corr = Correction.from_ridge(fit, **identity)
+    corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
+    return corr
 
 
 def constant_search_of(feats: Features, settings: FitSettings) -> Any:

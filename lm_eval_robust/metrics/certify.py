@@ -81,15 +81,20 @@ from typing import Any, Literal
 import numpy as np
 
 from lm_eval_robust.metrics.complete import complete_items
+from lm_eval_robust.metrics.ties import is_tied, tie_credit
 
 __all__ = [
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
     "CertConfig",
+    "CertificateCheck",
     "Certification",
     "MarginTable",
     "PairStats",
     "Verification",
     "box_stats",
     "cantelli_threshold",
+    "certificate_checks",
     "certify",
     "estimation_mask",
     "hoeffding_bernstein_threshold",
@@ -108,16 +113,48 @@ DensityRule = Literal["histogram", "uniform"]
 ChebyshevRule = Literal["reference", "empirical"]
 
 
+#: the named estimators: (eps_rule, density_rule) of each
+ESTIMATORS: dict[str, tuple[EpsRule, DensityRule]] = {
+    "paper": ("zero", "uniform"),
+    "distribution_free": ("order", "histogram"),
+}
+DEFAULT_ESTIMATOR = "paper"
+
+
 @dataclass(frozen=True)
 class CertConfig:
-    """Settings of the certificates (defaults: the paper's phi = 0.1, psi = 0.05)."""
+    """Settings of the certificates (defaults: the paper's phi = 0.1, psi = 0.05, and the paper's
+    estimator; see :data:`ESTIMATORS` and :meth:`named`)."""
 
     phi: float = 0.1
     psi: float = 0.05
     seed: int = 0
-    eps_rule: EpsRule = "order"
-    density_rule: DensityRule = "histogram"
+    eps_rule: EpsRule = ESTIMATORS[DEFAULT_ESTIMATOR][0]
+    density_rule: DensityRule = ESTIMATORS[DEFAULT_ESTIMATOR][1]
     chebyshev: ChebyshevRule = "reference"
+
+    @classmethod
+    def named(
+        cls, estimator: str, phi: float = 0.1, psi: float = 0.05, seed: int = 0
+    ) -> CertConfig:
+        """``paper`` (eps_B = 0, C V_B = 1: the box of the estimation shifts holds the
+        perturbation distribution, read as uniform on it) or ``distribution_free``
+        (eps_B = 1/(n+1), C V_B from a histogram: no assumption on the shifts beyond
+        exchangeability, conservative)."""
+        if estimator not in ESTIMATORS:
+            raise ValueError(
+                f"unknown certificate estimator {estimator!r}; use one of {sorted(ESTIMATORS)}"
+            )
+        eps_rule, density_rule = ESTIMATORS[estimator]
+        return cls(phi=phi, psi=psi, seed=seed, eps_rule=eps_rule, density_rule=density_rule)
+
+    @property
+    def estimator(self) -> str:
+        """The name of this setting's estimator, or ``custom``."""
+        for name, rules in ESTIMATORS.items():
+            if rules == (self.eps_rule, self.density_rule) and self.chebyshev == "reference":
+                return name
+        return "custom"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.phi < 1.0:
@@ -190,12 +227,23 @@ class MarginTable:
         return onehot
 
     def clean_correct(self) -> np.ndarray:
-        """``[E]`` 1.0 where the clean prompt is present and answered right, else 0.0."""
-        return (self.has_clean & (self.clean_pred == self.gold)).astype(float)
+        """``[E]`` credit of each clean prompt: 1 if answered right, 1/k if the gold label is
+        among k exactly tied top labels, 0 otherwise or where the clean doc is missing."""
+        filled = np.where(self.has_clean[:, None], self.clean_ll, np.nan)
+        return np.where(self.has_clean, tie_credit(filled, self.gold), 0.0)
 
     def var_correct(self) -> np.ndarray:
-        """``[R]`` 1.0 where the perturbed variant is answered right, else 0.0."""
-        return (self.var_pred == self.var_gold).astype(float)
+        """``[R]`` credit of each perturbed variant (1/k for a k-way tie including gold)."""
+        return tie_credit(self.var_ll, self.var_gold)
+
+    def clean_tied(self) -> np.ndarray:
+        """``[E]`` True where the clean prompt's top label scores tie exactly."""
+        filled = np.where(self.has_clean[:, None], self.clean_ll, np.nan)
+        return is_tied(filled) & self.has_clean
+
+    def var_tied(self) -> np.ndarray:
+        """``[R]`` True where the variant's top label scores tie exactly."""
+        return is_tied(self.var_ll)
 
     @classmethod
     def from_items(cls, items: Iterable[Mapping[str, Any]]) -> MarginTable:
@@ -534,11 +582,11 @@ class Verification:
     n_variants_uncertified: int
 
 
-def _bac(gold: np.ndarray, pred: np.ndarray, q: int) -> float:
+def _bac(gold: np.ndarray, credit: np.ndarray, q: int) -> float:
     if gold.size == 0:
         return math.nan
     total = np.bincount(gold, minlength=q)
-    correct = np.bincount(gold[gold == pred], minlength=q)
+    correct = np.bincount(gold, weights=credit, minlength=q)
     present = total > 0
     return float(np.mean(correct[present] / total[present]))
 
@@ -548,12 +596,12 @@ def verification(cert: Certification, rule: Literal["h", "c"]) -> Verification:
     t = cert.table
     flag = cert.certified_h if rule == "h" else cert.certified_c
     ver = ~cert.est & cert.eligible[t.var_example]
-    gold, pred = t.var_gold, t.var_pred
+    gold, credit = t.var_gold, t.var_correct()
     is_cert = flag[t.var_example]
     out: dict[str, float] = {}
     for name, sel in (("certified", ver & is_cert), ("uncertified", ver & ~is_cert)):
-        out[f"bac_{name}"] = _bac(gold[sel], pred[sel], t.n_classes)
-        out[f"acc_{name}"] = float((gold[sel] == pred[sel]).mean()) if sel.any() else math.nan
+        out[f"bac_{name}"] = _bac(gold[sel], credit[sel], t.n_classes)
+        out[f"acc_{name}"] = float(credit[sel].mean()) if sel.any() else math.nan
         out[f"n_variants_{name}"] = int(sel.sum())
     return Verification(
         bac_certified=out["bac_certified"],
@@ -600,3 +648,81 @@ def pop_cert_c(items: Iterable[Mapping[str, Any]]) -> float:
     """Population guarantee from the Chebyshev rule (``P_C``/100); use it on a holdout task."""
     cert = _certify_items(items)
     return math.nan if cert is None else cert.population("c")
+
+
+# --------------------------------------------------------------------------------------------
+# Empirical check of each estimator (the held-back half of the variants)
+
+
+@dataclass(frozen=True)
+class CertificateCheck:
+    """One estimator and rule on one task, checked on the held-back (verification) variants.
+
+    ``acc_*``: accuracy (ties 1/k) of the held-back variants of certified / uncertified
+    examples; ``worst_certified``: the lowest held-back accuracy of a certified example
+    (``worst_example`` its id); ``n_below``: certified examples below ``1 - phi`` on their
+    held-back variants. ``flagged``: the certified examples' pooled held-back accuracy is below
+    ``1 - phi``, i.e. the rule promises more than the data show.
+    """
+
+    estimator: str
+    rule: str
+    rate: float
+    population: float
+    n_certified: int
+    n_eligible: int
+    acc_certified: float
+    acc_uncertified: float
+    bac_certified: float
+    bac_uncertified: float
+    worst_certified: float
+    worst_example: str
+    n_below: int
+    flagged: bool
+
+
+def certificate_checks(
+    table: MarginTable, phi: float = 0.1, psi: float = 0.05, seed: int = 0
+) -> list[CertificateCheck]:
+    """Every named estimator x rule (``c``: Chebyshev/Cantelli, ``h``: Hoeffding/Bernstein)."""
+    out = []
+    for name in ESTIMATORS:
+        cert = certify(table, CertConfig.named(name, phi=phi, psi=psi, seed=seed))
+        credit = table.var_correct()
+        held = ~cert.est & cert.eligible[table.var_example]
+        rules: tuple[Literal["c", "h"], ...] = ("c", "h")
+        for rule in rules:
+            if not cert.computable(rule):
+                continue
+            v = verification(cert, rule)
+            flag = cert.certified_c if rule == "c" else cert.certified_h
+            per_ex_sum = np.bincount(
+                table.var_example[held], weights=credit[held], minlength=table.n_examples
+            )
+            per_ex_n = np.bincount(table.var_example[held], minlength=table.n_examples)
+            sel = flag & cert.eligible & (per_ex_n > 0)
+            accs = np.where(per_ex_n > 0, per_ex_sum / np.maximum(per_ex_n, 1), np.nan)
+            if sel.any():
+                i = int(np.flatnonzero(sel)[np.argmin(accs[sel])])
+                worst, worst_id = float(accs[i]), str(table.example_ids[i])
+            else:
+                worst, worst_id = math.nan, ""
+            out.append(
+                CertificateCheck(
+                    estimator=name,
+                    rule=rule,
+                    rate=cert.rate(rule),
+                    population=cert.population(rule),
+                    n_certified=v.n_certified,
+                    n_eligible=cert.m,
+                    acc_certified=v.acc_certified,
+                    acc_uncertified=v.acc_uncertified,
+                    bac_certified=v.bac_certified,
+                    bac_uncertified=v.bac_uncertified,
+                    worst_certified=worst,
+                    worst_example=worst_id,
+                    n_below=int((accs[sel] < 1.0 - phi).sum()),
+                    flagged=bool(math.isfinite(v.acc_certified) and v.acc_certified < 1.0 - phi),
+                )
+            )
+    return out

@@ -1,4 +1,8 @@
-"""Harness aggregations over per-doc values: BAC, accuracy, drops, majority-class share.
+"""Harness aggregations over per-doc values: BAC, accuracy, drops, majority-class share, ties.
+
+An exact tie of the top label scores gives each of the k tied labels 1/k of the prediction
+(:mod:`lm_eval_robust.metrics.ties`): BAC and accuracy are then their expected values under a
+random tie-break, and ``tie_share`` reports how many docs that concerns.
 
 Each item is the dict ``process_results`` returns (task, example_id, pert_id, gold, pred, ...).
 Items may arrive in any order (data parallel gathers them unordered), so each aggregation sorts
@@ -8,13 +12,13 @@ and de-duplicates by (task, example_id, pert_id) before computing anything.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from lm_eval_robust.metrics.complete import complete_items
+from lm_eval_robust.metrics.ties import is_tied, pred_shares
 
 
 def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -30,28 +34,51 @@ def _subset(items: Iterable[Mapping[str, Any]], perturbed: bool) -> list[Mapping
 
 
 def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Gold labels and prediction shares ``[N, Q]`` (a k-way exact tie gives 1/k to each label).
+
+    Items without ``ll`` (not written by this package) fall back to their ``pred``."""
     rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
+    if rows and all(r.get("ll") is not None for r in rows):
+        ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
+        return gold, pred_shares(ll)
     pred = np.array([int(r["pred"]) for r in rows], dtype=np.int64)
-    return gold, pred
+    q = int(max([*gold.tolist(), *pred.tolist(), 0])) + 1
+    shares = np.zeros((len(rows), q))
+    shares[np.arange(len(rows)), pred] = 1.0
+    return gold, shares
 
 
 def balanced_accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
-    """scikit-learn's balanced accuracy (mean recall over the classes present in ``gold``)."""
+    """Mean recall over the classes present in ``gold`` (scikit-learn's balanced accuracy).
+
+    ``pred`` is either labels ``[N]`` or prediction shares ``[N, Q]`` (ties: 1/k credit each)."""
+    gold = np.asarray(gold, dtype=np.int64)
     if gold.size == 0:
         return math.nan
-    from sklearn.metrics import balanced_accuracy_score
+    credit = _credit(gold, pred)
+    classes = np.unique(gold)
+    return float(np.mean([credit[gold == c].mean() for c in classes]))
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(balanced_accuracy_score(gold, pred))
+
+def _credit(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    pred = np.asarray(pred)
+    if pred.ndim == 1:
+        return (pred == gold).astype(np.float64)
+    inside = (gold >= 0) & (gold < pred.shape[1])
+    out = np.zeros(gold.shape[0])
+    out[inside] = pred[np.flatnonzero(inside), gold[inside]]
+    return out
 
 
 def majority_share(pred: np.ndarray) -> float:
-    """Share of predictions taken by the most frequent predicted class."""
-    if pred.size == 0:
+    """Share of predictions taken by the most frequent predicted class (shares count 1/k)."""
+    pred = np.asarray(pred)
+    if pred.shape[0] == 0:
         return math.nan
-    return float(np.bincount(pred).max() / pred.size)
+    if pred.ndim == 1:
+        return float(np.bincount(pred).max() / pred.size)
+    return float(pred.sum(axis=0).max() / pred.shape[0])
 
 
 def bac_clean(items: Iterable[Mapping[str, Any]]) -> float:
@@ -69,7 +96,7 @@ def delta_drop(items: Iterable[Mapping[str, Any]]) -> float:
 
 
 def _acc(gold: np.ndarray, pred: np.ndarray) -> float:
-    return float((gold == pred).mean()) if gold.size else math.nan
+    return float(_credit(gold, pred).mean()) if gold.size else math.nan
 
 
 def acc_clean(items: Iterable[Mapping[str, Any]]) -> float:
@@ -86,6 +113,15 @@ def maj_share_clean(items: Iterable[Mapping[str, Any]]) -> float:
 
 def maj_share_pert(items: Iterable[Mapping[str, Any]]) -> float:
     return majority_share(_arrays(list(items), perturbed=True)[1])
+
+
+def tie_share(items: Iterable[Mapping[str, Any]]) -> float:
+    """Share of docs (clean and perturbed) whose top label score is tied exactly."""
+    rows = [r for r in _rows(items) if r.get("ll") is not None]
+    if not rows:
+        return math.nan
+    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
+    return float(is_tied(ll).mean())
 
 
 def _scores(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:

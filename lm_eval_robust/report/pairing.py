@@ -354,9 +354,24 @@ def _check_task(task: str, a: TaskRun, b: TaskRun, labels: tuple[str, str]) -> P
     return PairedTask(task, a, b, tuple(sorted(ka)))
 
 
+def label_score_dtype(results: Mapping[str, Any]) -> str:
+    """The precision of a run's label scores: ``float32`` for ``debiased_hf`` and replays, else
+    the model's dtype as the harness recorded it (e.g. ``torch.bfloat16``), or ``unknown``."""
+    cfg = results.get("config") or {}
+    dtype = cfg.get("label_score_dtype") or cfg.get("model_dtype") or "unknown"
+    return str(dtype).removeprefix("torch.")
+
+
 def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
     """The tasks both runs scored, checked doc by doc; notes name tasks only one run has."""
     labels = (base.label, other.label)
+    da, db = label_score_dtype(base.results), label_score_dtype(other.results)
+    if da != db:
+        raise UnpairableError(
+            f"run {labels[0]!r} scored labels in {da} but run {labels[1]!r} in {db}; ties and "
+            "rounding differ between precisions, so compare runs at one precision (rescore a "
+            "half-precision run with `lm-eval-robust replay RUN --features DIR -o OUT`)"
+        )
     common = sorted(set(base.tasks) & set(other.tasks))
     if not common:
         raise UnpairableError(

@@ -48,13 +48,16 @@ from lm_eval_robust.metrics.bootstrap import (
 )
 from lm_eval_robust.metrics.certify import (
     CertConfig,
+    CertificateCheck,
     Certification,
     MarginTable,
     Verification,
+    certificate_checks,
     certify,
     verification,
 )
 from lm_eval_robust.metrics.classification import majority_share
+from lm_eval_robust.metrics.ties import pred_shares
 from lm_eval_robust.report.pairing import PairedTask, Run, TaskRun, pair_runs
 
 __all__ = [
@@ -117,8 +120,13 @@ LABELS: dict[str, str] = {
 }
 TOL = 1e-9
 # fit statistics of an applied correction shown beside the paired metrics
-FIT_STATS = ("p_eps_V", "p_eps_L")
-FIT_LABELS = {"p_eps_V": "p_εV (fit)", "p_eps_L": "p_εL (fit)"}
+FIT_STATS = ("p_eps_V", "p_eps_L", "p_eps_V_test", "p_eps_L_test")
+FIT_LABELS = {
+    "p_eps_V": "p_εV (train)",
+    "p_eps_L": "p_εL (train)",
+    "p_eps_V_test": "p_εV (test)",
+    "p_eps_L_test": "p_εL (test)",
+}
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,10 @@ class TaskSummary:
     maj_share_pert: float
     verification: dict[str, Verification]
     notes: tuple[str, ...] = ()
+    # share of docs (clean and perturbed) whose top label scores tie exactly (percent)
+    tie_share: float = math.nan
+    # every certificate estimator with its check on the held-back variants
+    checks: tuple[CertificateCheck, ...] = ()
     # the applied correction's fit summary (method, lam, p_eps_V, p_eps_L on the train features)
     fit: dict[str, Any] = field(default_factory=dict)
 
@@ -328,7 +340,14 @@ def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSum
         notes.append("fewer than 2 examples: no CIs")
     if "holdout" not in task.split:
         notes.append(f"P_C/P_H on the {task.split or '?'} split (the paper uses *_holdout tasks)")
-    clean_pred = table.clean_pred[table.has_clean]
+    clean_shares = pred_shares(table.clean_ll[table.has_clean])
+    n_docs = int(table.has_clean.sum()) + int(table.var_example.shape[0])
+    n_tied = int(table.clean_tied().sum()) + int(table.var_tied().sum())
+    if n_tied:
+        notes.append(
+            f"{n_tied} of {n_docs} docs have exactly tied top label scores; each tied label gets "
+            "1/k credit"
+        )
     return TaskSummary(
         run=run.label,
         model=run.model,
@@ -338,10 +357,16 @@ def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSum
         n_examples=table.n_examples,
         n_variants=int(table.var_example.shape[0]),
         metrics=metrics,
-        maj_share_clean=100.0 * majority_share(clean_pred),
-        maj_share_pert=100.0 * majority_share(table.var_pred),
+        maj_share_clean=100.0 * majority_share(clean_shares),
+        maj_share_pert=100.0 * majority_share(pred_shares(table.var_ll)),
         verification=_verifications(cert),
         notes=tuple(notes),
+        tie_share=100.0 * n_tied / n_docs if n_docs else math.nan,
+        checks=tuple(
+            certificate_checks(
+                table, phi=settings.cert.phi, psi=settings.cert.psi, seed=settings.cert.seed
+            )
+        ),
         fit=dict(run.fits.get(correction_key(task.task), {})),
     )
 
@@ -518,7 +543,8 @@ def to_markdown(report: Report) -> str:
         "",
         f"All values in percent. [{pct}% CI]: BCa, {s.n_resamples} resamples of source examples "
         f"(an example's variants move together; paired runs share resamples), seed {s.seed}. "
-        f"Certificates: φ = {s.cert.phi}, ψ = {s.cert.psi}, ε_B rule `{s.cert.eps_rule}`, "
+        f"Certificates: estimator `{s.cert.estimator}`, φ = {s.cert.phi}, ψ = {s.cert.psi}, "
+        f"ε_B rule `{s.cert.eps_rule}`, "
         f"density rule `{s.cert.density_rule}`, Chebyshev `{s.cert.chebyshev}`.",
         "",
     ]
@@ -527,7 +553,7 @@ def to_markdown(report: Report) -> str:
     out += summary_markdown(report)
     out += ["## Robustness per model × task", ""]
     header = ["model", "task", "n", "K", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]
-    header += ["p_C", "p_H", "P_C", "P_H"]
+    header += ["tied", "p_C", "p_H", "P_C", "P_H"]
     rows = []
     for t in report.tasks:
         k = t.n_variants / max(t.n_examples, 1)
@@ -535,7 +561,7 @@ def to_markdown(report: Report) -> str:
         rows.append(
             [t.run, t.task, str(t.n_examples), f"{k:.0f}"]
             + [_cell(m[x]) for x in ("bac_clean", "bac_pert", "delta_drop")]
-            + [f"{_num(t.maj_share_clean)}/{_num(t.maj_share_pert)}"]
+            + [f"{_num(t.maj_share_clean)}/{_num(t.maj_share_pert)}", _num(t.tie_share)]
             + [_cell(m[x]) for x in ("p_c", "p_h", "P_c", "P_h")]
         )
     out += [markdown_table(header, rows), ""]
@@ -562,8 +588,9 @@ def to_markdown(report: Report) -> str:
         if fit_cols:
             out += [
                 "p_εV / p_εL: mean percentage decrease of the robustness radii over the label "
-                "logits, measured by `fit` on the train features (paper, Section 4); – where "
-                "the run applied no correction.",
+                "logits (paper, Section 4), measured by `fit` on the train features it was fitted "
+                "on and by `replay` on this run's own (test) features; ε_L with the corrected "
+                "head rows' norms; – where the run applied no correction or was not replayed.",
                 "",
             ]
         out += ["## Certification before → after", ""]
@@ -590,6 +617,7 @@ def to_markdown(report: Report) -> str:
     for t in report.tasks:
         rows.append([t.run, t.task, *_ver(t.verification.get("c")), *_ver(t.verification.get("h"))])
     out += [markdown_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
+    out += _check_section(report)
     out += [
         "## Across tasks",
         "",
@@ -611,6 +639,56 @@ def to_markdown(report: Report) -> str:
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(out)
+
+
+def _check_section(report: Report) -> list[str]:
+    """Both certificate estimators per task with their check on the held-back variants."""
+    rows = []
+    flagged = []
+    phi = report.settings.cert.phi
+    for t in report.tasks:
+        for c in t.checks:
+            rule = {"c": "Chebyshev (p_C)", "h": "Hoeffding (p_H)"}[c.rule]
+            mark = " **FLAG**" if c.flagged else ""
+            if c.flagged:
+                flagged.append(f"{t.run} / {t.task} / {c.estimator} {rule}")
+            worst = f"{_num(100 * c.worst_certified)} ({c.worst_example})"
+            rows.append(
+                [
+                    t.run,
+                    t.task,
+                    c.estimator,
+                    rule,
+                    _num(100 * c.rate),
+                    _num(100 * c.population),
+                    f"{c.n_certified}/{c.n_eligible}",
+                    _num(100 * c.acc_certified) + mark,
+                    _num(100 * c.acc_uncertified),
+                    worst if c.worst_example else "–",
+                    str(c.n_below),
+                ]
+            )
+    if not rows:
+        return []
+    header = ["model", "task", "estimator", "rule", "rate", "population", "certified"]
+    header += ["acc. held-back, certified", "uncertified", "worst certified (example)"]
+    header += [f"certified < {_num(100 * (1 - phi))}"]
+    lines = [
+        "## Certificate check: both estimators against held-back variants",
+        "",
+        "Each estimator certifies from one half of an example's variants; the other half checks "
+        f"it. A certified example promises at least {_num(100 * (1 - phi))} % accuracy on its "
+        "perturbations; a rule whose certified examples fall below that on their held-back "
+        "variants (pooled) is flagged. `paper`: ε_B = 0 and C·V_B = 1 (the box of the "
+        "estimation shifts, uniform reference; Remark E.3 as the paper uses it); "
+        "`distribution_free`: ε_B = 1/(n+1), C·V_B from a histogram.",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
+    if flagged:
+        lines += ["Flagged: " + "; ".join(flagged) + ".", ""]
+    return lines
 
 
 def _side_by_side(report: Report) -> list[str]:
@@ -682,8 +760,16 @@ def to_csv(report: Report) -> str:
             "n_variants": t.n_variants,
             "maj_share_clean": t.maj_share_clean,
             "maj_share_pert": t.maj_share_pert,
+            "tie_share": t.tie_share,
         }
         row.update(_flat("", t.metrics))
+        for c in t.checks:
+            pre = f"check_{c.estimator}_{c.rule}_"
+            row[pre + "rate"] = 100 * c.rate
+            row[pre + "acc_certified"] = 100 * c.acc_certified
+            row[pre + "acc_uncertified"] = 100 * c.acc_uncertified
+            row[pre + "worst_certified"] = 100 * c.worst_certified
+            row[pre + "flagged"] = int(c.flagged)
         row.update({f"fit_{k}": v for k, v in t.fit.items()})
         for rule, v in t.verification.items():
             row[f"ver_bac_certified_{rule}"] = 100 * v.bac_certified

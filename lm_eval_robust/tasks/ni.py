@@ -421,6 +421,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
         "pert_id": int(doc["pert_id"]),
         "gold": gold,
         "pred": pred,
+        "tied": sum(v == lls[pred] for v in lls) > 1,  # scored 1/k by the metrics (ties.py)
         "margin": margin,
         "ll": lls,
     }
@@ -428,7 +429,13 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
     return {k: item for k in keys}
 
 
-METRICS_CLEAN: tuple[str, ...] = ("bac_clean", "acc_clean", "maj_share_clean", "auc_clean")
+METRICS_CLEAN: tuple[str, ...] = (
+    "bac_clean",
+    "acc_clean",
+    "maj_share_clean",
+    "auc_clean",
+    "tie_share",
+)
 METRICS_PERT: tuple[str, ...] = (
     "bac_clean",
     "bac_pert",
@@ -439,6 +446,7 @@ METRICS_PERT: tuple[str, ...] = (
     "maj_share_pert",
     "auc_clean",
     "auc_pert",
+    "tie_share",
     "p_cert_h",
     "p_cert_c",
     "pop_cert_h",

@@ -40,7 +40,7 @@ _METRIC = """  - metric: {name}
 """
 _CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
 
-_LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert"}
+_LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share"}
 
 _VARIANT = """include: {template}
 task: {name}
