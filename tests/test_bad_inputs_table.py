@@ -154,15 +154,16 @@ def _items(n_examples: int, pert_rounds: dict[int, int]) -> list[dict[str, Any]]
         pids = [0] + [r for r, k in pert_rounds.items() if e < k]
         for pid in pids:
             gold = e % 2
+            pred = gold if pid == 0 else 1 - gold
             out.append(
                 {
                     "task": "ni065",
                     "example_id": f"e{e}",
                     "pert_id": pid,
                     "gold": gold,
-                    "pred": gold if pid == 0 else 1 - gold,
+                    "pred": pred,
                     "margin": 1.0,
-                    "ll": [0.0, -1.0] if gold == 0 else [-1.0, 0.0],
+                    "ll": [0.0, -1.0] if pred == 0 else [-1.0, 0.0],
                 }
             )
     return out

@@ -183,8 +183,9 @@ def test_bac_scores_a_tie_as_half() -> None:
         _item("a", 1, 1, [-1.0, -1.0]),
         _item("a", 2, 1, [-3.0, -1.0]),
         _item("b", 1, 0, [-1.0, -1.0]),
+        _item("b", 2, 0, [-0.5, -3.0]),
     ]
     assert bac_clean(items) == pytest.approx((0.5 + 1.0) / 2)
-    assert bac_pert(items) == pytest.approx(((0.5 + 1.0) / 2 + 0.5) / 2)
-    assert acc_pert(items) == pytest.approx((0.5 + 1.0 + 0.5) / 3)
-    assert tie_share(items) == pytest.approx(3 / 5)
+    assert bac_pert(items) == pytest.approx(((0.5 + 1.0) / 2 + (0.5 + 1.0) / 2) / 2)
+    assert acc_pert(items) == pytest.approx((0.5 + 1.0 + 0.5 + 1.0) / 4)
+    assert tie_share(items) == pytest.approx(3 / 6)
