@@ -189,3 +189,43 @@ def test_bac_scores_a_tie_as_half() -> None:
     assert bac_pert(items) == pytest.approx(((0.5 + 1.0) / 2 + (0.5 + 1.0) / 2) / 2)
     assert acc_pert(items) == pytest.approx((0.5 + 1.0 + 0.5 + 1.0) / 4)
     assert tie_share(items) == pytest.approx(3 / 6)
+
+
+def test_a_killed_run_resumes_from_the_harness_cache(
+    tiny_model_dir: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after two batches, the same requests through lm-eval's CachingLM (--use_cache)
+    recompute only the rows that were not finished, and give the same results."""
+    from lm_eval.api.model import CachingLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    reqs = _requests(["ni322_format_pert"], limit=12)
+    lm = DebiasedHFLM(pretrained=str(tiny_model_dir), batch_size=2, dtype="float32", device="cpu")
+    want = lm.loglikelihood(reqs, disable_tqdm=True)
+    calls = {"n": 0}
+    real = lm._forward_last
+
+    def dies_after_two(inputs, n_keep):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt  # the kill
+        return real(inputs, n_keep)
+
+    db = str(tmp_path / "cache" / "lm.db")
+    monkeypatch.setattr(lm, "_forward_last", dies_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        CachingLM(lm, db).loglikelihood(reqs)
+    rows_done = 2 * 2  # two batches of two forward rows
+    monkeypatch.setattr(lm, "_forward_last", real)
+    seen: list[int] = []
+
+    def counting(inputs, n_keep):
+        seen.append(len(inputs))
+        return real(inputs, n_keep)
+
+    monkeypatch.setattr(lm, "_forward_last", counting)
+    got = CachingLM(lm, db).loglikelihood(reqs)
+    assert got == want
+    n_rows = len({tuple(lm._encode_pair(*r.args)[0]) for r in reqs})  # one row per prompt
+    assert sum(seen) == n_rows - rows_done
