@@ -671,7 +671,11 @@ def fit_summary(c: Correction) -> dict[str, Any]:
     """What a report shows of a correction's fit: the method, λ, α, the train examples, and the
     mean percentage decrease of the robustness radii over the label logits on the train
     features (``p_eps_V``, ``p_eps_L``; paper, Section 4)."""
-    radii = c.stats.get("radii") or {}
+    radii = dict(c.stats.get("radii") or {})
+    if radii and "gamma_after" not in radii:
+        # fitted before radii were measured per correction kind with the corrected head rows:
+        # its p_eps_L reused the base rows (about 0 by construction), so it is not shown
+        radii.pop("p_eps_L", None)
     values = {
         "method": c.method,
         "lam": c.lam,

@@ -148,6 +148,16 @@ def _head_rows(features_dir: Path) -> Any:
     return rows
 
 
+def _has_correction(model_args: Any) -> bool:
+    """A label correction among the run's model args (a ``k=v,...`` string or a dict)."""
+    if isinstance(model_args, Mapping):
+        return bool(model_args.get("correction"))
+    return any(
+        part.strip().startswith("correction=") and part.strip() != "correction="
+        for part in str(model_args or "").split(",")
+    )
+
+
 def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
     """Refuse an ``-o`` that would overwrite an input; the temporary folder to write into."""
     from lm_eval_robust.atomic import refuse_overwrite
@@ -182,6 +192,20 @@ def _replay(
     stamp = results_file.stem[len("results_") :]
     tasks = sorted((results.get("results") or {}).keys())
     features_dir = Path(features)
+    applied = (results.get("lm_eval_robust_replay") or {}).get("correction") or _has_correction(
+        (results.get("config") or {}).get("model_args")
+    )
+    if applied:
+        raise ReplayError(
+            f"{results_file.parent} already applied a correction; replaying one on it would apply "
+            "corrections twice: replay on the uncorrected base run instead"
+        )
+    base_dtype = str((results.get("config") or {}).get("label_score_dtype", ""))
+    if not correction and base_dtype == "float32":
+        raise ReplayError(
+            f"{results_file.parent} already has float32 label scores: there is nothing to "
+            "rescore; give --correction to replay a correction on it"
+        )
     fp = None
     for task in tasks:
         if (features_dir / task).is_dir():
@@ -207,9 +231,14 @@ def _replay(
         else {}
     )
     target = Path(out) / results_file.parent.name
+    others = [f.name for f in target.glob("results_*.json") if f.name != results_file.name]
+    if others:
+        raise ReplayError(
+            f"-o {out} already holds another run ({others[0]}) in {target.name}/; the report "
+            "would read one of the two: choose an empty -o"
+        )
     target = _stage(stage, target, results_file.parent, features, correction)
     new_results = json.loads(json.dumps(results))
-    base_dtype = str((results.get("config") or {}).get("label_score_dtype", ""))
     replayed: list[str] = []
     radii_test: dict[str, dict[str, Any]] = {}
     for task in tasks:
@@ -249,6 +278,11 @@ def _replay(
                         "the features come from another run or settings"
                     )
                 ll = np.array([float(r[0][0]) for r in sample["resps"]])
+                if not np.isfinite(ll).all():
+                    raise ReplayError(
+                        f"{src.name}:{n}: non-finite label log-likelihood {ll.tolist()}; the run "
+                        "is corrupt: run it again"
+                    )
                 if rescore:
                     ll = ll + rescore[k]
                 # float32, as debiased_hf scores labels: ties compare at one precision
@@ -268,8 +302,10 @@ def _replay(
         dst = target / f"samples_{task}_{stamp}.jsonl.gz"
         data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
         write_atomic(data, dst, what="replayed samples")
-        for metric, fn in _aggregators(new_results["results"][task]).items():
-            new_results["results"][task][metric] = float(fn(items))
+        task_results = new_results["results"][task]
+        task_results.setdefault("tie_share,none", math.nan)  # runs made before ties were shown
+        for metric, fn in _aggregators(task_results).items():
+            task_results[metric] = float(fn(items))
         replayed.append(task)
     if not replayed:
         if not correction:
@@ -300,7 +336,9 @@ def _replay(
         "base_run": str(results_file),
         "features": str(features_dir),
         "correction": str(correction) if correction else None,
-        "rescored_from": None if base_dtype == "float32" else (base_dtype or "model dtype"),
+        "rescored_from": None
+        if base_dtype == "float32"
+        else str(cfg.get("model_dtype") or "the model's dtype"),
         "tasks": replayed,
         # the fit's own numbers (method, λ, p_εV/p_εL on the train features) and the radii
         # measured on this run's features, for the report

@@ -229,3 +229,29 @@ def test_a_killed_run_resumes_from_the_harness_cache(
     assert got == want
     n_rows = len({tuple(lm._encode_pair(*r.args)[0]) for r in reqs})  # one row per prompt
     assert sum(seen) == n_rows - rows_done
+
+
+def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> None:
+    from lm_eval_robust.fit.features import FeatureFileError, rescore_label_logits
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 16)).astype(np.float32)
+    head = rng.normal(size=(2, 16)).astype(np.float32) * 3
+    exact = x @ head.T
+    recorded = torch.from_numpy(exact).to(torch.bfloat16).float().numpy()
+    ids = np.tile(np.array([[4, 7]]), (50, 1))
+    got = rescore_label_logits(tmp_path, x, recorded, ids, head)
+    assert np.allclose(got, exact, atol=1e-5)
+    with pytest.raises(FeatureFileError, match="more than their rounding"):
+        rescore_label_logits(tmp_path, x, recorded, ids, head * 1.01)  # a 1 % wrong head
+
+
+def test_one_estimation_variant_certifies_nothing() -> None:
+    from lm_eval_robust.metrics.certify import MarginTable, certify
+
+    items = []
+    for e in range(5):
+        items.append(_item(f"e{e}", 0, 0, [0.0, -1.0]))
+        items.append(_item(f"e{e}", 1, 0, [0.0, -2.0]))
+    cert = certify(MarginTable.from_items(items))
+    assert np.isnan(cert.p_h) and np.isnan(cert.p_c) and "fewer than 2" in cert.note

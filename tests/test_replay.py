@@ -121,6 +121,22 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
     by_run = {r["run"]: r for r in csv_rows}
     assert float(by_run["real"]["fit_p_eps_V"]) == pytest.approx(p_eps_v, rel=1e-5)
     assert "fit_p_eps_V" in by_run["base"] and by_run["base"]["fit_p_eps_V"] == ""
+    # guards: a corrected run is not corrected again, a float32 run has nothing to rescore, an
+    # -o holding another run is refused, and none of them writes anything
+    with pytest.raises(ReplayError, match="already applied a correction"):
+        replay(tmp_path / "replayed", tmp_path / "feats", tmp_path / "corr", tmp_path / "again")
+    with pytest.raises(ReplayError, match="already applied a correction"):
+        replay(real, tmp_path / "feats", tmp_path / "corr", tmp_path / "again")
+    with pytest.raises(ReplayError, match="nothing to rescore"):
+        replay(base, tmp_path / "feats", None, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    model_dir = next(base.glob("*/results_*.json")).parent.name
+    occupied = tmp_path / "other" / model_dir
+    occupied.mkdir(parents=True)
+    (occupied / "results_2000-01-01T00-00-00.json").write_text("{}")
+    with pytest.raises(ReplayError, match="already holds another run"):
+        replay(base, tmp_path / "feats", tmp_path / "corr", tmp_path / "other")
+    assert [p.name for p in occupied.iterdir()] == ["results_2000-01-01T00-00-00.json"]
 
 
 def test_a_correction_that_moved_is_named_not_guessed(tmp_path: Path) -> None:

@@ -89,6 +89,30 @@ class PairedFeatures:
         return self.logits_pert - self.logits_clean_of_pert
 
 
+_SHARD_TENSORS = ("head_rows", "x", "label_logits", "label_token_ids", "pert_id", "gold")
+
+
+def _check_shard(path: Path, t: dict[str, np.ndarray]) -> None:
+    missing = [k for k in _SHARD_TENSORS if k not in t]
+    if missing:
+        raise FeatureFileError(f"{path} lacks {', '.join(missing)}; collect the features again")
+    rows, n = t["x"].shape if t["x"].ndim == 2 else (-1, -1)
+    d = t["label_logits"].shape[-1] if t["label_logits"].ndim == 2 else -1
+    shapes_ok = (
+        rows >= 0
+        and t["label_logits"].shape == (rows, d)
+        and t["label_token_ids"].shape == (rows, d)
+        and t["pert_id"].shape == (rows,)
+        and t["gold"].shape == (rows,)
+        and t["head_rows"].shape == (d, n)
+    )
+    if not shapes_ok:
+        shapes = ", ".join(f"{k} {tuple(t[k].shape)}" for k in _SHARD_TENSORS)
+        raise FeatureFileError(
+            f"{path} has inconsistent shapes ({shapes}); collect the features again"
+        )
+
+
 def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from safetensors import SafetensorError, safe_open
 
@@ -105,6 +129,7 @@ def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         ) from None
     if "lm_eval_robust" not in meta:
         raise FeatureFileError(f"{path} has no lm_eval_robust metadata; collect again")
+    _check_shard(path, tensors)
     return tensors, json.loads(meta["lm_eval_robust"])
 
 
@@ -218,9 +243,12 @@ def rescore_label_logits(
         ours = np.einsum("rn,rdn->rd", x.astype(np.float32), rows).astype(np.float32)
     else:
         ours = (x.astype(np.float32) @ head_rows.T.astype(np.float32)).astype(np.float32)
-    scale = max(1.0, float(np.abs(recorded).max())) if recorded.size else 1.0
+    # each recorded value is ours rounded to bf16 (8 significant bits): at most half a unit in the
+    # last place, one unit allowing for the order of summation
+    ulp = np.exp2(np.floor(np.log2(np.maximum(np.abs(recorded), 2.0**-126))) - 7)
+    excess = np.abs(ours - recorded) - ulp - 1e-6
     err = float(np.abs(ours - recorded).max()) if recorded.size else 0.0
-    if err > 2.0**-6 * scale + 1e-3:
+    if recorded.size and float(excess.max()) > 0:
         raise FeatureFileError(
             f"{where}: recomputing the label logits in float32 from the recorded head inputs "
             f"differs from the recorded ones by {err:.3g} (more than their rounding); collect "

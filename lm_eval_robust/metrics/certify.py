@@ -537,7 +537,10 @@ def certify(table: MarginTable, config: CertConfig = CertConfig()) -> Certificat
             table, config, st, est, eligible, no, no, no, no, "fewer than 2 labels"
         )
     phi_j = config.phi / (q - 1)
-    kap = kappa(st.cv, phi_j, st.eps)
+    # a box needs two estimation shifts: one shift is a zero-width box that certifies whatever
+    # that single variant did
+    few = st.n < 2
+    kap = np.where(few, np.inf, kappa(st.cv, phi_j, st.eps))
     slack = st.rho + st.mu
     pass_h = slack > hoeffding_bernstein_threshold(st.c, st.nu, kap)
     possible_h = eligible & np.all(np.isfinite(kap), axis=1)
@@ -551,13 +554,26 @@ def certify(table: MarginTable, config: CertConfig = CertConfig()) -> Certificat
     cert_h = possible_h & np.all(pass_h, axis=1)
     cert_c = possible_c & np.all(pass_c, axis=1)
     note = ""
+    n_med = float(np.median(st.n[eligible, 0])) if eligible.any() and st.n.size else 0.0
     if not eligible.any():
         note = "not computable: no example has its clean prompt (pert_id 0)"
+    elif n_med < 2:
+        note = (
+            "not computable: fewer than 2 estimation variants per example (K >= 3 needed; "
+            "the box of the estimation shifts needs two)"
+        )
     elif not possible_h.any():
         n_need = math.floor(1.0 / phi_j - 1.0) + 1
         note = (
             f"eps_B = 1/(n+1) >= phi_j = {phi_j:.3g} for every example: need at least {n_need} "
-            f"estimation variants per example (K >= {2 * n_need - 1}), or eps_rule='zero'"
+            f"estimation variants per example (K >= {2 * n_need - 1}), or the paper "
+            "estimator (--certificate paper)"
+        )
+    elif n_med < 10:
+        note = (
+            f"certificates from {n_med:g} estimation variants per example: a box from so few "
+            "shifts understates their spread; read the rates beside the held-back check, and "
+            "prefer K >= 20"
         )
     return Certification(
         table, config, st, est, eligible, possible_h, possible_c, cert_h, cert_c, note
@@ -682,12 +698,20 @@ class CertificateCheck:
 
 
 def certificate_checks(
-    table: MarginTable, phi: float = 0.1, psi: float = 0.05, seed: int = 0
+    table: MarginTable,
+    phi: float = 0.1,
+    psi: float = 0.05,
+    seed: int = 0,
+    extra: CertConfig | None = None,
 ) -> list[CertificateCheck]:
-    """Every named estimator x rule (``c``: Chebyshev/Cantelli, ``h``: Hoeffding/Bernstein)."""
+    """Every named estimator x rule (``c``: Chebyshev/Cantelli, ``h``: Hoeffding/Bernstein), and
+    ``extra`` (a custom setting) when it is not one of them."""
     out = []
-    for name in ESTIMATORS:
-        cert = certify(table, CertConfig.named(name, phi=phi, psi=psi, seed=seed))
+    configs = [(name, CertConfig.named(name, phi=phi, psi=psi, seed=seed)) for name in ESTIMATORS]
+    if extra is not None and extra.estimator == "custom":
+        configs.append(("custom", extra))
+    for name, config in configs:
+        cert = certify(table, config)
         credit = table.var_correct()
         held = ~cert.est & cert.eligible[table.var_example]
         rules: tuple[Literal["c", "h"], ...] = ("c", "h")

@@ -150,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print(markdown)
-    print(f"\nwrote {Path(args.out) / 'report.md'} (+ .csv, .json, PNGs)", file=sys.stderr)
+    extra = ".csv, .json" if args.no_plots else ".csv, .json, PNGs"
+    print(f"\nwrote {Path(args.out) / 'report.md'} (+ {extra})", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -221,6 +222,11 @@ def _read_samples(
                 return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
             if item.get("ll") is None:
                 raise ReportError(f"{file}:{n}: the per-doc values have no 'll'; rerun the task")
+            if not all(math.isfinite(float(v)) for v in item["ll"]):
+                raise ReportError(
+                    f"{file}:{n}: non-finite label log-likelihood {item['ll']}; the run is "
+                    "corrupt: run it again"
+                )
             key = (str(item["example_id"]), int(item["pert_id"]))
             items[key] = item
             doc = sample.get("doc") or {}
@@ -275,6 +281,13 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     name = p.name if p.is_dir() else p.parent.name
     fits, more = _fits(results, results_file)
     notes += more
+    dtype = label_score_dtype(results)
+    if dtype != "float32":
+        notes.append(
+            f"labels scored in {dtype}: exact ties are common at that precision; this report "
+            "gives them 1/k credit, while the run's own results file let the first label win "
+            "(rescore it with `lm-eval-robust replay RUN --features DIR -o OUT`)"
+        )
     return Run(
         path=p,
         label=label or name,

@@ -364,7 +364,11 @@ def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSum
         tie_share=100.0 * n_tied / n_docs if n_docs else math.nan,
         checks=tuple(
             certificate_checks(
-                table, phi=settings.cert.phi, psi=settings.cert.psi, seed=settings.cert.seed
+                table,
+                phi=settings.cert.phi,
+                psi=settings.cert.psi,
+                seed=settings.cert.seed,
+                extra=settings.cert,
             )
         ),
         fit=dict(run.fits.get(correction_key(task.task), {})),
