@@ -136,12 +136,12 @@ class DebiasedHFLM(HFLM):
         lora: str | None = None,
         **kwargs: Any,
     ) -> None:
-        paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
-        check_debiased_hf_args(resolve_pretrained(pretrained), prefix_cache, paths, kwargs)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
-            if "tokenizer" not in kwargs:
-                kwargs["tokenizer"] = pretrained
+        paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
+        check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
+        if isinstance(pretrained, str) and "tokenizer" not in kwargs:
+            kwargs["tokenizer"] = pretrained
         super().__init__(pretrained=pretrained, **kwargs)
         self._enable_cpu_data_parallel()
         self._fingerprint: dict[str, Any] | None = None
@@ -188,7 +188,7 @@ class DebiasedHFLM(HFLM):
         half precision, where the cached path differs from ``--model hf`` by rounding (opt in
         with ``prefix_cache=true`` for speed)."""
         if str(setting).strip().lower() != "auto":
-            return _truthy(setting)
+            return parse_bool(setting, "prefix_cache")
         dtype = getattr(self.model, "dtype", None)
         on = dtype == torch.float32
         log.info(
@@ -738,10 +738,6 @@ class PromptStyleError(UserError):
 
 class FeatureError(UserError):
     """Collected features that cannot be used."""
-
-
-def _truthy(value: bool | str) -> bool:
-    return parse_bool(value, "prefix_cache")
 
 
 def _is_ours(req: Any) -> bool:

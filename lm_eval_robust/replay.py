@@ -63,16 +63,38 @@ def _samples_file(folder: Path, task: str, stamp: str) -> Path:
     raise ReplayError(f"{folder}: no samples file for {task}; the base run needs --log_samples")
 
 
-def _task_features(task: str, features_dir: Path) -> Any:
-    from lm_eval_robust.fit.features import load_features
+class _FeatureFolders:
+    """Each task's features under ``features_dir``, loaded once (replay reads them for the
+    fingerprint, the corrections' scale check, rescoring and the bias)."""
 
-    fdir = features_dir / task
-    if not fdir.is_dir():
-        raise ReplayError(
-            f"no features for {task} in {features_dir}; rerun the base run with "
-            "--model_args collect_features=DIR on the same tasks"
-        )
-    return load_features(fdir)
+    def __init__(self, features_dir: Path) -> None:
+        self.dir = features_dir
+        self._loaded: dict[Path, Any] = {}
+
+    def has(self, task: str) -> bool:
+        return (self.dir / task).is_dir()
+
+    def at(self, folder: Path) -> Any:
+        from lm_eval_robust.fit.features import load_features
+
+        if folder not in self._loaded:
+            self._loaded[folder] = load_features(folder)
+        return self._loaded[folder]
+
+    def of(self, task: str) -> Any:
+        if not self.has(task):
+            raise ReplayError(
+                f"no features for {task} in {self.dir}; rerun the base run with "
+                "--model_args collect_features=DIR on the same tasks"
+            )
+        return self.at(self.dir / task)
+
+    def head_rows(self, corr: Any) -> Any:
+        """The LM-head rows ``corr``'s task recorded (the scale check at load time)."""
+        for d in sorted(self.dir.glob(f"{corr.task}*")):
+            if d.is_dir() and any(d.glob("rank*.safetensors")):
+                return self.at(d).head_rows
+        return None
 
 
 def _rescore_table(feats: Any) -> dict[tuple[str, int], np.ndarray]:
@@ -135,29 +157,6 @@ def replay(
         return _replay(base_run, features, correction, out, stage)
 
 
-def _head_rows(features_dir: Path) -> Any:
-    """corr -> the LM-head rows its task's features recorded (the scale check at load time)."""
-    from lm_eval_robust.fit.features import load_features
-
-    def rows(corr: Any) -> Any:
-        for d in sorted(features_dir.glob(f"{corr.task}*")):
-            if d.is_dir() and any(d.glob("rank*.safetensors")):
-                return load_features(d).head_rows
-        return None
-
-    return rows
-
-
-def _has_correction(model_args: Any) -> bool:
-    """A label correction among the run's model args (a ``k=v,...`` string or a dict)."""
-    if isinstance(model_args, Mapping):
-        return bool(model_args.get("correction"))
-    return any(
-        part.strip().startswith("correction=") and part.strip() != "correction="
-        for part in str(model_args or "").split(",")
-    )
-
-
 def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
     """Refuse an ``-o`` that would overwrite an input; the temporary folder to write into."""
     from lm_eval_robust.atomic import refuse_overwrite
@@ -180,8 +179,7 @@ def _replay(
         load_corrections,
         write_atomic,
     )
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.report.pairing import _find_results
+    from lm_eval_robust.report.pairing import _find_results, _model_args
     from lm_eval_robust.tasks.ni import process_results
 
     try:
@@ -192,9 +190,10 @@ def _replay(
     stamp = results_file.stem[len("results_") :]
     tasks = sorted((results.get("results") or {}).keys())
     features_dir = Path(features)
-    applied = (results.get("lm_eval_robust_replay") or {}).get("correction") or _has_correction(
-        (results.get("config") or {}).get("model_args")
-    )
+    folders = _FeatureFolders(features_dir)
+    applied = (results.get("lm_eval_robust_replay") or {}).get("correction") or _model_args(
+        results
+    ).get("correction")
     if applied:
         raise ReplayError(
             f"{results_file.parent} already applied a correction; replaying one on it would apply "
@@ -206,11 +205,7 @@ def _replay(
             f"{results_file.parent} already has float32 label scores: there is nothing to "
             "rescore; give --correction to replay a correction on it"
         )
-    fp = None
-    for task in tasks:
-        if (features_dir / task).is_dir():
-            fp = load_features(features_dir / task).fingerprint
-            break
+    fp = next((folders.of(t).fingerprint for t in tasks if folders.has(t)), None)
     if fp is None:
         raise ReplayError(
             f"no features in {features_dir} for any task of {results_file.name}; collect them "
@@ -220,15 +215,12 @@ def _replay(
 
     def fingerprint_of(task: str) -> dict[str, Any]:
         """The features' own fingerprint per task (per-task LoRA adapters differ by task)."""
-        d = features_dir / task
-        return load_features(d).fingerprint if d.is_dir() else first
+        return folders.of(task).fingerprint if folders.has(task) else first
 
     from lm_eval_robust.fit.measure import measure_radii
 
     corrections = (
-        load_corrections(str(correction), fingerprint_of, _head_rows(features_dir))
-        if correction
-        else {}
+        load_corrections(str(correction), fingerprint_of, folders.head_rows) if correction else {}
     )
     target = Path(out) / results_file.parent.name
     others = [f.name for f in target.glob("results_*.json") if f.name != results_file.name]
@@ -245,9 +237,9 @@ def _replay(
         key = correction_key(task)
         if correction and key not in corrections:
             continue
-        if not correction and not (features_dir / task).is_dir():
+        if not correction and not folders.has(task):
             continue
-        feats = _task_features(task, features_dir)
+        feats = folders.of(task)
         rescore = {} if base_dtype == "float32" else _rescore_table(feats)
         if base_dtype != "float32" and not rescore:
             raise ReplayError(

@@ -26,6 +26,7 @@ import numpy as np
 from lm_eval_robust.correction import Correction
 from lm_eval_robust.fit.features import Features
 from lm_eval_robust.fit.radii import compare_radii, perturbation_bound, robustness_radii
+from lm_eval_robust.fit.ridge import bias_from_w
 
 __all__ = ["CENTERED_METHODS", "corrected_gamma", "correction_bias", "measure_radii"]
 
@@ -41,15 +42,9 @@ def _beta(corr: Correction) -> np.ndarray:
 def correction_bias(corr: Correction, x: np.ndarray) -> np.ndarray:
     """``b(x) [rows, d]`` in float64 (β centred for calibration kinds)."""
     x = np.asarray(x, dtype=np.float64)
-    b = np.broadcast_to(_beta(corr), (x.shape[0], corr.d)).copy()
     if corr.W is None:
-        return b
-    w = np.asarray(corr.W, dtype=np.float64)
-    n = x.shape[1]
-    b += x @ w[:n] + w[-1]
-    if corr.psi == "norm":
-        b += np.linalg.norm(x, axis=1, keepdims=True) * w[n]
-    return b
+        return np.broadcast_to(_beta(corr), (x.shape[0], corr.d)).copy()
+    return bias_from_w(x, np.asarray(corr.W, dtype=np.float64)) + _beta(corr)
 
 
 def corrected_gamma(corr: Correction, head_rows: np.ndarray) -> np.ndarray:

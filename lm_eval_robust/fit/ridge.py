@@ -119,7 +119,7 @@ def _psi_of_w(w: np.ndarray, n: int) -> str:
     raise FitError(f"W has {w.shape[0]} rows; expected n+1={n + 1} (linear) or n+2={n + 2} (norm)")
 
 
-def _bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """ψ(x)W in float64 without materialising ψ (ψ inferred from W's row count)."""
     x64 = np.asarray(x, dtype=np.float64)
     n = x64.shape[1]
@@ -399,7 +399,7 @@ class ResidualRange:
         _check_finite("f", fa, chunk)
         for s in range(0, x.shape[0], chunk):
             xc, fc = x[s : s + chunk], fa[s : s + chunk]
-            r = np.asarray(fc, dtype=np.float64) - _bias_from_w(xc, w)
+            r = np.asarray(fc, dtype=np.float64) - bias_from_w(xc, w)
             np.minimum(self.rmin, r.min(axis=0), out=self.rmin)
             np.maximum(self.rmax, r.max(axis=0), out=self.rmax)
             self.rsum += r.sum(axis=0)
@@ -484,7 +484,7 @@ def predict_bias(fit: RidgeFit, x: ArrayLike) -> np.ndarray:
             f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows "
             f"(psi={fit.psi})"
         )
-    return _bias_from_w(x, fit.W) + fit.beta
+    return bias_from_w(x, fit.W) + fit.beta
 
 
 # --------------------------------------------------------------------------------------------
@@ -803,12 +803,12 @@ def _select(
         held_c = fold_c == j
         if held.any():
             base_p[j] = balanced_accuracy(y[held], np.argmax(lp[held], axis=1))
-            bias = _bias_from_w(x[held], w_all) + beta_all
+            bias = bias_from_w(x[held], w_all) + beta_all
             for o, i in enumerate(ok):
                 deb = lp[held] - bias[:, o * d : (o + 1) * d]
                 bac_p[j, i] = balanced_accuracy(y[held], np.argmax(deb, axis=1))
         if held_c.any():
-            biasc = _bias_from_w(xc[held_c], w_all) + beta_all
+            biasc = bias_from_w(xc[held_c], w_all) + beta_all
             yk = yc[held_c]
             known = yk >= 0
             if known.any():

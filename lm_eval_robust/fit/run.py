@@ -18,13 +18,9 @@ from lm_eval_robust.correction import Correction, correction_key
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.clean_cal import clean_offset
 from lm_eval_robust.fit.constant import constant_search, decision_gamma
-from lm_eval_robust.fit.features import Features, PairedFeatures
+from lm_eval_robust.fit.features import Features
 from lm_eval_robust.fit.measure import measure_radii
-from lm_eval_robust.fit.radii import (
-    Radii,
-    perturbation_bound,
-    robustness_radii,
-)
+from lm_eval_robust.fit.radii import perturbation_bound
 from lm_eval_robust.fit.ridge import (
     BETA_RULES,
     fit_ridge,
@@ -62,14 +58,6 @@ class FitSettings:
             raise UserError(f"lam must be a number >= 0 or 'auto', got {self.lam}")
         if self.alpha is not None and not (math.isfinite(self.alpha) and self.alpha >= 0):
             raise UserError(f"alpha must be a number >= 0 or 'auto', got {self.alpha}")
-
-
-def _radii(p: PairedFeatures, f: np.ndarray, feats: Features, s: FitSettings) -> Radii:
-    bound = perturbation_bound(p.x_pert, p.example_id, p.x_clean, p.example_id_clean)
-    gamma = np.linalg.norm(feats.head_rows, axis=1)
-    return robustness_radii(
-        f, p.example_id, phi=s.phi, m=s.m, gamma=gamma, c=bound.c, n=p.x_pert.shape[1]
-    )
 
 
 def fit_features(feats: Features, settings: FitSettings) -> Correction:
@@ -174,14 +162,14 @@ def constant_search_of(feats: Features, settings: FitSettings) -> Any:
             f"{feats.task}: input-independent debiasing is for binary tasks; this task has "
             f"{p.f.shape[1]} labels (use --method ridge)"
         )
-    before = _radii(p, p.f, feats, settings)
+    bound = perturbation_bound(p.x_pert, p.example_id, p.x_clean, p.example_id_clean)
     return constant_search(
         p.logits_pert,
         p.f,
         p.gold,
         p.example_id,
         gamma=decision_gamma(feats.head_rows, [0, 1]),
-        c=before.c,
+        c=bound.c,
         n=p.x_pert.shape[1],
         m=settings.m,
         phi=settings.phi,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.metrics.complete import complete_items
-from lm_eval_robust.metrics.ties import is_tied, pred_shares
+from lm_eval_robust.metrics.ties import credit_from_shares, is_tied, pred_shares
 
 
 def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -65,10 +65,7 @@ def _credit(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
     pred = np.asarray(pred)
     if pred.ndim == 1:
         return (pred == gold).astype(np.float64)
-    inside = (gold >= 0) & (gold < pred.shape[1])
-    out = np.zeros(gold.shape[0])
-    out[inside] = pred[np.flatnonzero(inside), gold[inside]]
-    return out
+    return credit_from_shares(pred, gold)
 
 
 def majority_share(pred: np.ndarray) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["is_tied", "pred_shares", "tie_credit"]
+__all__ = ["credit_from_shares", "is_tied", "pred_shares", "tie_credit"]
 
 
 def pred_shares(ll: np.ndarray) -> np.ndarray:
@@ -29,16 +29,20 @@ def pred_shares(ll: np.ndarray) -> np.ndarray:
     return np.where(hit, 1.0 / np.maximum(k, 1), 0.0)
 
 
-def tie_credit(ll: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """``[N]`` credit of each doc: ``1/k`` when the gold label is among ``k`` tied maxima."""
-    shares = pred_shares(ll)
-    if shares.size == 0:
-        return np.zeros(shares.shape[0])
+def credit_from_shares(shares: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """``[N]`` the share each doc's prediction gives its gold label (0 for a gold outside)."""
     g = np.asarray(gold, dtype=np.int64)
+    out = np.zeros(g.shape[0])
+    if shares.size == 0:
+        return out
     inside = (g >= 0) & (g < shares.shape[1])
-    out = np.zeros(shares.shape[0])
     out[inside] = shares[np.flatnonzero(inside), g[inside]]
     return out
+
+
+def tie_credit(ll: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """``[N]`` credit of each doc: ``1/k`` when the gold label is among ``k`` tied maxima."""
+    return credit_from_shares(pred_shares(ll), gold)
 
 
 def is_tied(ll: np.ndarray) -> np.ndarray:
