@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import first_top_label, task_requests
+
 VARIANTS = {
     "hf": ("hf", {}),
     "debiased_hf": ("debiased_hf", {"prefix_cache": True}),
@@ -92,13 +94,6 @@ class RawForward:
         return res
 
 
-def _preds(reqs: list[Any], out: list[tuple[float, bool]]) -> dict[int, int]:
-    by_doc: dict[int, dict[int, float]] = {}
-    for req, (ll, _) in zip(reqs, out, strict=True):
-        by_doc.setdefault(req.doc_id, {})[req.idx] = ll
-    return {d: max(v, key=lambda k: v[k]) for d, v in by_doc.items()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pretrained", default="gemma-3-270m")
@@ -113,17 +108,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
 
-    from lm_eval.tasks import TaskManager
-
-    import lm_eval_robust
     from lm_eval_robust.offline_models import resolve_pretrained
 
     path = resolve_pretrained(args.pretrained)
     md = json.loads(args.metadata)
-    tm = TaskManager(include_path=lm_eval_robust.task_dir(), include_defaults=False, metadata=md)
-    task = tm.load([args.task])["tasks"][args.task]
-    task.build_all_requests(limit=args.limit or None, rank=0, world_size=1)
-    reqs = list(task.instances)
+    reqs = task_requests(args.task, md, args.limit)
     kw = dict(batch_size=args.batch_size, dtype=args.dtype, device="cpu")
     names = args.variants.split(",")
     models = {n: _load(n, path, kw, args.correction) for n in names}
@@ -138,7 +127,7 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     ref = names[0]
-    preds = {n: _preds(reqs, outputs[n]) for n in names}
+    preds = {n: first_top_label(reqs, outputs[n]) for n in names}
     docs = len(preds[ref])
     rows = []
     for n in names:

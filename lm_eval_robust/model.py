@@ -18,11 +18,11 @@ import logging
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -103,6 +103,20 @@ class _Row:
     docs: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # doc -> idx: tok
 
 
+def _n_prompts(row: _Row) -> int:
+    """Prompts a row answers: its docs (one prompt each), or its requests for other tasks."""
+    return len(row.docs) or len({i for i, _ in row.requests})
+
+
+def _positive_int_or_none(value: Any, name: str) -> int | None:
+    if value is None or str(value).strip().lower() in ("", "auto", "none"):
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"{name}={value!r} is not a positive whole number; give e.g. {name}=16")
+    return int(text)
+
+
 @register_model("debiased_hf")
 class DebiasedHFLM(HFLM):
     """HFLM with a last-positions fast path, debiasing corrections and feature collection.
@@ -134,12 +148,14 @@ class DebiasedHFLM(HFLM):
         layer_correction: str | None = None,
         layer_positions: str | None = None,
         lora: str | None = None,
+        fast_batch_size: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
         paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
         check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
+        self._fast_batch_setting = _positive_int_or_none(fast_batch_size, "fast_batch_size")
         if isinstance(pretrained, str) and "tokenizer" not in kwargs:
             kwargs["tokenizer"] = pretrained
         super().__init__(pretrained=pretrained, **kwargs)
@@ -184,17 +200,17 @@ class DebiasedHFLM(HFLM):
             )
 
     def _use_prefix_cache(self, setting: bool | str) -> bool:
-        """``auto``: on in float32, where cached and plain log-likelihoods agree to 1e-4; off in
-        half precision, where the cached path differs from ``--model hf`` by rounding (opt in
-        with ``prefix_cache=true`` for speed)."""
+        """``auto``: on in every dtype. In float32 cached and plain log-likelihoods agree to 1e-4;
+        in half precision the cached path moves scores no further than the stock ``--model hf``
+        moves its own between batch sizes (``benchmarks/bench_envelope.py``,
+        ``results/benchmarks.md``, "Envelope"). ``prefix_cache=false`` turns it off."""
         if str(setting).strip().lower() != "auto":
             return parse_bool(setting, "prefix_cache")
-        dtype = getattr(self.model, "dtype", None)
-        on = dtype == torch.float32
         log.info(
-            "debiased_hf: prefix_cache=auto -> %s (model dtype %s)", "on" if on else "off", dtype
+            "debiased_hf: prefix_cache=auto -> on (model dtype %s)",
+            getattr(self.model, "dtype", None),
         )
-        return on
+        return True
 
     def get_model_info(self) -> dict[str, Any]:
         """The parent's model info plus the precision of the label scores (the report refuses to
@@ -466,9 +482,20 @@ class DebiasedHFLM(HFLM):
         with corrected_head(self.model, corr):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
 
+    #: prompts per forward of the last-positions path when the user gives no batch size
+    default_fast_batch: ClassVar[Mapping[str, int]] = {"cpu": 16, "cuda": 64}
+
     def _fast_batch_size(self) -> int:
+        """``fast_batch_size=N`` if given; else ``--batch_size`` if above 1; else the default of
+        the device (the harness's default batch size 1 reads as "not given": scoring one prompt
+        per forward would be the slowest path, and the label scores move no further between
+        batch sizes than ``--model hf``'s own do)."""
+        if self._fast_batch_setting is not None:
+            return self._fast_batch_setting
         bs = self.batch_size
-        return int(bs) if str(bs).isdigit() and int(bs) > 0 else 16
+        if str(bs).isdigit() and int(bs) > 1:
+            return int(bs)
+        return self.default_fast_batch.get(self.device.type, 16)
 
     def _last_positions_loglikelihood(
         self, rows: list[_Row], disable_tqdm: bool
@@ -477,9 +504,10 @@ class DebiasedHFLM(HFLM):
         # does for choices sharing a context; the head runs on the scored positions only. With
         # per-task LoRA adapters, each adapter's rows run as one group under its adapter.
         bar = tqdm(
-            total=len(rows),
+            total=sum(_n_prompts(r) for r in rows),
             disable=disable_tqdm or self.rank != 0,
-            desc="debiased_hf: last-position log-likelihoods",
+            desc=f"debiased_hf: prompts scored ({len(rows)} distinct model inputs)",
+            unit="prompt",
         )
         groups: dict[str | None, list[_Row]] = defaultdict(list)
         for row in rows:
@@ -514,7 +542,7 @@ class DebiasedHFLM(HFLM):
                     lp = logprobs[b, n_keep - n :, :].gather(-1, toks.unsqueeze(-1)).sum()
                     is_greedy = bool((greedy[b, n_keep - n :] == toks).all())
                     yield i, (float(lp), is_greedy)
-            bar.update(len(chunk))
+            bar.update(sum(_n_prompts(r) for r in chunk))
 
     def _debias_row(self, row: _Row, logits: torch.Tensor, hidden: torch.Tensor) -> None:
         """Record features, then apply the row's correction to its label logits (in place)."""
