@@ -76,6 +76,9 @@ def register_tasks(manager_module: ModuleType | None = None) -> None:
     cls = manager_module.TaskManager
     if not getattr(cls.__init__, "__lm_eval_robust__", False):
         cls.__init__ = _with_our_tasks(cls.__init__)
+    from lm_eval_robust import harness_logs
+
+    harness_logs.install()
 
 
 def _user_error_in(exc: BaseException | None) -> BaseException | None:

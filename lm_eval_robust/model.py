@@ -31,8 +31,9 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.offline_models import resolve_pretrained
+from lm_eval_robust.offline_models import load_failure_message, resolve_pretrained
 from lm_eval_robust.prefix_cache import PrefixCache, inference_context
+from lm_eval_robust.tasks.data import check_data_dir_env
 from lm_eval_robust.validate import check_debiased_hf_args, parse_bool
 
 log = logging.getLogger(__name__)
@@ -155,10 +156,14 @@ class DebiasedHFLM(HFLM):
             pretrained = resolve_pretrained(pretrained)
         paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
         check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
+        check_data_dir_env()  # the tasks read it only after the model has loaded
         self._fast_batch_setting = _positive_int_or_none(fast_batch_size, "fast_batch_size")
         if isinstance(pretrained, str) and "tokenizer" not in kwargs:
             kwargs["tokenizer"] = pretrained
-        super().__init__(pretrained=pretrained, **kwargs)
+        try:
+            super().__init__(pretrained=pretrained, **kwargs)
+        except OSError as exc:  # transformers' many-line "cannot load / cannot reach the hub"
+            raise UserError(load_failure_message(str(pretrained), exc)) from None
         self._enable_cpu_data_parallel()
         self._fingerprint: dict[str, Any] | None = None
         self._adapters: dict[str, Any] = {}

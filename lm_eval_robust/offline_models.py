@@ -12,6 +12,7 @@ through unchanged.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import shutil
@@ -19,6 +20,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from lm_eval_robust.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +123,65 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Pat
     return out_dir
 
 
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether the hub cache holds ``name``'s config (answers offline; False for non-ids)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:  # an invalid repo id, an unreadable cache: not there
+        return False
+    return isinstance(found, str)
+
+
+def check_pretrained_name(name: str) -> None:
+    """One line, before anything loads, for a ``pretrained`` that can only fail: a misspelt
+    alias, a path that does not exist, or a hub id that is not cached while the hub is offline.
+    A hub id that may be downloadable passes (the model's loader reports what happens)."""
+    if not name or name in OFFLINE_MODELS:
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        return
+    aliases = ", ".join(OFFLINE_MODELS)
+    close = difflib.get_close_matches(name.lower(), list(OFFLINE_MODELS), n=1, cutoff=0.75)
+    if close and not _in_hub_cache(name):
+        raise UserError(
+            f"pretrained={name} is not a model folder nor an alias; did you mean {close[0]}? "
+            f"(aliases: {aliases})"
+        )
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+    if looks_like_path:
+        raise UserError(
+            f"pretrained={name}: no such folder (looked for {path.resolve()}); pass a model "
+            f"folder, a hub id or an alias ({aliases})"
+        )
+    if _hub_offline() and not _in_hub_cache(name):
+        raise UserError(
+            f"pretrained={name} is not a local folder, an alias ({aliases}) or a model in the hub "
+            "cache, and the hub is offline (HF_HUB_OFFLINE=1); pass a model folder or an alias"
+        )
+
+
+def load_failure_message(name: str, exc: BaseException) -> str:
+    """One line for a model that failed to load (transformers' message is many lines)."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    return (
+        f"cannot load pretrained={name}: {first} (pass a model folder written by "
+        f"save_pretrained, a cached hub id, or an alias: {', '.join(OFFLINE_MODELS)})"
+    )
+
+
 def resolve_pretrained(name: str) -> str:
-    """Return a loadable path for ``name``: an alias is built once into the cache."""
+    """Return a loadable path for ``name``: an alias is built once into the cache. A name that
+    can only fail to load is refused in one line first (:func:`check_pretrained_name`)."""
     spec = OFFLINE_MODELS.get(name)
     if spec is None:
+        check_pretrained_name(name)
         return name
     target = cache_dir() / "models" / spec.alias
     if (target / "config.json").is_file():

@@ -25,13 +25,14 @@ the suffixes, batched, on a copy of the prefix's cache expanded to the batch.
   of each regime (longest input within the window, or beyond it) is checked against a plain
   forward of one row; a mismatch or an error there turns caching off for that regime (for every
   input when it happens within the window) and is remembered, with the reason, in
-  :class:`PrefixCacheStats`. Models without a usable cache (no ``past_key_values``, bidirectional
+  :class:`PrefixCacheStats`. Models without a usable cache (no returned cache, bidirectional
   attention, encoder-decoder) take the plain path throughout.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -477,7 +478,7 @@ class PrefixCache:
         ids = torch.tensor([prefix], dtype=torch.long, device=self._device())
         with _head_hook(self.model, torch.tensor([[len(prefix) - 1]])), self.context():
             out = self.model(input_ids=ids, use_cache=True)
-        cache = getattr(out, "past_key_values", None)
+        cache = output_cache(out)
         if cache is None or not hasattr(cache, "batch_repeat_interleave"):
             raise _CacheUnusable(f"the model returned no reusable cache ({type(cache).__name__})")
         if cache.get_seq_length() != len(prefix):
@@ -514,11 +515,29 @@ class PrefixCache:
         with _head_hook(self.model, positions) as captured, self.context():
             out = self.model(
                 input_ids=inps,
-                past_key_values=past,
                 use_cache=True,
                 position_ids=pos_ids.expand(len(rows), -1),
+                **{cache_argument(self.model): past},
             )
         return out.logits, captured["hidden"]
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The forward's name for a cache passed in: ``cache`` in transformers 5.2x, where
+    ``past_key_values`` still works but warns at every call; ``past_key_values`` before."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The cache a forward returned, under either of its names (``cache`` where the output type
+    has it, so the deprecated alias and its warning are not touched)."""
+    if hasattr(type(out), "cache"):
+        return getattr(out, "cache", None)
+    return getattr(out, "past_key_values", None)
 
 
 def forward_last_cached(

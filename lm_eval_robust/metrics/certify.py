@@ -73,6 +73,7 @@ no variants, or too few estimation variants for any example: ``eps_B >= phi_j``)
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ import numpy as np
 
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import is_tied, tie_credit
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -635,11 +638,26 @@ def verification(cert: Certification, rule: Literal["h", "c"]) -> Verification:
 # Harness aggregations (fractions in [0, 1]; NaN when not computable)
 
 
+_explained: set[tuple[str, str]] = set()
+
+
+def explain_na(task: str, cert: Certification | None) -> None:
+    """Log once per task why its certificates print as NaN in the harness table."""
+    if cert is not None and (cert.computable("h") or cert.computable("c")):
+        return
+    reason = cert.note if cert is not None and cert.note else "no scored example"
+    if (task, reason) in _explained:
+        return
+    _explained.add((task, reason))
+    log.warning("%s: p_cert_h, p_cert_c, pop_cert_h, pop_cert_c are n/a (NaN): %s", task, reason)
+
+
 def _certify_items(items: Iterable[Mapping[str, Any]]) -> Certification | None:
     items = [it for it in items if it.get("ll") is not None]
-    if not items:
-        return None
-    return certify(MarginTable.from_items(items))
+    task = str(items[0].get("task", "?")) if items else "?"
+    cert = certify(MarginTable.from_items(items)) if items else None
+    explain_na(task, cert)
+    return cert
 
 
 def p_cert_h(items: Iterable[Mapping[str, Any]]) -> float:

@@ -32,13 +32,29 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
     chosen = data_dir if data_dir not in (None, "") else os.environ.get(ENV_VAR) or None
     if chosen is None:
         return None
+    source = "--metadata data_dir" if data_dir not in (None, "") else ENV_VAR
+    return _existing_dir(str(chosen), source)
+
+
+def _existing_dir(chosen: str, source: str) -> Path:
     path = Path(chosen).expanduser()
     if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        tried = f" (tried {path.resolve()} from {Path.cwd()})" if not path.is_absolute() else ""
         raise DataError(
-            f"data directory {str(path)!r} does not exist; pass an existing folder with "
-            f"--metadata data_dir=DIR or set {ENV_VAR}"
+            f"data directory {chosen!r} from {source} {what}{tried}; pass an existing folder "
+            f"with --metadata data_dir=DIR or set {ENV_VAR} (an absolute path works from any "
+            "folder)"
         )
     return path
+
+
+def check_data_dir_env() -> None:
+    """Refuse a ``LM_EVAL_ROBUST_DATA_DIR`` that is not a folder, before a model loads (the
+    tasks read it only after the model has loaded)."""
+    chosen = os.environ.get(ENV_VAR)
+    if chosen:
+        _existing_dir(chosen, ENV_VAR)
 
 
 def _ni_candidates(root: Path, name: str) -> list[Path]:
