@@ -11,7 +11,7 @@ from lm_eval_robust.metrics.certify import MarginTable
 from lm_eval_robust.report.pairing import label_runs, pair_runs
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -23,7 +23,7 @@ def _ints(text: str) -> tuple[int, ...]:
         ) from None
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> CommandParser:
     p = CommandParser(
         "plan",
         "How many source examples (at K perturbations each) a task needs before an effect of "
@@ -40,7 +40,11 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
     p.add_argument("-o", "--out", default=None, help="also write the Markdown table here")
-    args = p.parse_args(list(argv))
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
     if len(args.runs) > 2:
         raise UserError(f"plan takes one run or a pair (base, other); got {len(args.runs)} runs")
     try:

@@ -21,8 +21,8 @@ def build_parser() -> CommandParser:
     p.add_argument(
         "--correction",
         default=None,
-        help="correction file or folder (fit -o); without it the run is only rescored (label "
-        "scores of a half-precision run recomputed in float32 from its features)",
+        help="correction file or folder (fit -o) (default: none: the run is only rescored, "
+        "label scores of a half-precision run recomputed in float32 from its features)",
     )
     p.add_argument("-o", "--out", required=True, help="output folder of the replayed run")
     return p

@@ -19,7 +19,7 @@ from lm_eval_robust.select import (
     to_markdown,
 )
 
-__all__ = ["check_pass_tasks", "main"]
+__all__ = ["build_parser", "check_pass_tasks", "main"]
 
 
 def check_pass_tasks(tasks: str) -> None:
@@ -37,7 +37,7 @@ def check_pass_tasks(tasks: str) -> None:
             )
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> CommandParser:
     p = CommandParser(
         "select",
         "Apply the paper's target-task filters to a run of our perturbed tasks.",
@@ -67,7 +67,11 @@ def main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("-o", "--out", default=None, help="write targets JSON (+ .md beside it)")
-    args = p.parse_args(list(argv))
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
     if args.pretrained:
         check_pass_tasks(args.tasks)
     if not 0 <= args.min_clean_bac <= 1 or args.min_drop < 0:
