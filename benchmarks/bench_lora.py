@@ -95,7 +95,8 @@ def _step(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["seconds"] = time.perf_counter() - t0
         save(corr, work / "corrections" / f"{args.task}.safetensors")
     elif name == "lora":
-        from lm_eval_robust.lora import LoraSettings, save_adapter, train_lora, train_rows
+        from lm_eval_robust.lora import save_adapter
+        from lm_eval_robust.lora_train import LoraSettings, train_lora, train_rows
 
         lm = DebiasedHFLM(**kw)
         t0 = time.perf_counter()

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,7 +32,6 @@ from .fit.ridge import PSI_KINDS, RidgeFit, psi_dim
 if TYPE_CHECKING:
     import torch
 
-    from .fit.constant import ConstantSearch
 
 __all__ = [
     "META_KEY",
@@ -63,6 +62,21 @@ _COMPARED = (
     "tokenizer_sha256",
 )
 _FIT_HINT = "re-run `lm-eval-robust fit`"
+
+
+class ConstantOffset(Protocol):
+    """What a constant correction takes from :class:`lm_eval_robust.fit.constant.ConstantSearch`."""
+
+    @property
+    def b(self) -> float | None: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def at_b(self) -> dict[str, float] | None: ...
+
+    def beta(self) -> np.ndarray | None: ...
 
 
 class CorrectionError(UserError):
@@ -198,7 +212,7 @@ class Correction:
     @classmethod
     def from_constant(
         cls,
-        search: ConstantSearch,
+        search: ConstantOffset,
         *,
         label_token_ids: list[int],
         labels: list[str],

@@ -31,45 +31,13 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.heads import LabelTokenError, check_label_tokens, last_positions_head
 from lm_eval_robust.offline_models import load_failure_message, resolve_pretrained
 from lm_eval_robust.prefix_cache import PrefixCache, inference_context
 from lm_eval_robust.tasks.data import check_data_dir_env
 from lm_eval_robust.validate import check_debiased_hf_args, parse_bool
 
 log = logging.getLogger(__name__)
-
-
-class LabelTokenError(UserError):
-    """Labels of one of our tasks that are not distinct single tokens for this tokenizer."""
-
-
-@contextmanager
-def last_positions_head(
-    model: torch.nn.Module, positions: torch.Tensor
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Run the output layer on ``hidden[b, positions[b, :]]`` only; yields {'hidden': [b, k, h]}.
-
-    Installed as a forward pre-hook on ``model.get_output_embeddings()`` and removed on exit, so
-    the model's own forward, including anything it does after the head, runs unchanged.
-    """
-    head = model.get_output_embeddings()  # type: ignore[operator]
-    if head is None:
-        raise TypeError(f"{type(model).__name__} has no output embeddings; use --model hf")
-    captured: dict[str, torch.Tensor] = {}
-
-    def gather(_module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        hidden = args[0]
-        idx = positions.to(hidden.device)
-        rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1)
-        kept = hidden[rows, idx]
-        captured["hidden"] = kept
-        return (kept, *args[1:])
-
-    handle = head.register_forward_pre_hook(gather)
-    try:
-        yield captured
-    finally:
-        handle.remove()
 
 
 @contextmanager
@@ -776,20 +744,3 @@ class FeatureError(UserError):
 def _is_ours(req: Any) -> bool:
     doc = getattr(req, "doc", None)
     return isinstance(doc, dict) and "pert_id" in doc and "choices" in doc and "labels" in doc
-
-
-def check_label_tokens(task: str, labels: dict[str, list[int]]) -> None:
-    """The labels of one doc must differ in exactly one token, their last.
-
-    A shared leading piece is allowed (Gemma writes " 1" as "▁" + "1"): it is part of the answer
-    cue, scored identically for every label, and the label logit is the next token's.
-    """
-    encs = sorted(labels.items())
-    prefixes = {tuple(toks[:-1]) for _, toks in encs}
-    lasts = [toks[-1] for _, toks in encs if toks]
-    if any(not toks for _, toks in encs) or len(prefixes) > 1 or len(set(lasts)) != len(lasts):
-        desc = ", ".join(f"{k!r} -> {v}" for k, v in encs)
-        raise LabelTokenError(
-            f"task {task}: labels must differ in a single token for this tokenizer, but they "
-            f"encode as {desc}; declare a verbalizer that scores one distinct token per label"
-        )

@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from lm_eval_robust.heads import last_positions_head
+
 log = logging.getLogger(__name__)
 
 ContextFactory = Callable[[], AbstractContextManager[Any]]
@@ -192,8 +194,6 @@ def group_by_prefix(
 
 
 def _head_hook(model: torch.nn.Module, positions: torch.Tensor) -> Any:
-    from lm_eval_robust.model import last_positions_head
-
     return last_positions_head(model, positions)
 
 

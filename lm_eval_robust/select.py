@@ -6,10 +6,11 @@ something (a drop of more than ``min_drop``, 1 point in the paper). Below chance
 drop says nothing; the table therefore shows, beside each filter, the clustered 95 % CI, the
 majority-class share and the threshold-free margin AUC, and ranks the pairs by how close they come.
 
-``lm-eval-robust select RUN [RUN ...]`` reads lm_eval output folders of our perturbed tasks (run
-with ``--log_samples``); ``lm-eval-robust select --pretrained MODEL`` runs that pass first: the
-clean and a small perturbed pass of every task (:data:`PASS_TASKS`, :data:`PASS_METADATA`, both
-overridable) through ``debiased_hf``, into ``--output_path``.
+``lm-eval-robust select RUN [RUN ...]`` (:mod:`lm_eval_robust.cli.select`) reads lm_eval output
+folders of our perturbed tasks (run with ``--log_samples``); ``lm-eval-robust select --pretrained
+MODEL`` runs that pass first: the clean and a small perturbed pass of every task
+(:data:`PASS_TASKS`, :data:`PASS_METADATA`, both overridable) through ``debiased_hf``, into
+``--output_path``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.errors import UserError
 
 # the screening pass --pretrained runs: every NI task, both kinds; 40 examples give 14 test
 # examples, each with its clean prompt and 2 perturbed variants (about 840 prompts in all)
@@ -191,78 +192,3 @@ def to_markdown(rows: Sequence[Candidate], criteria: Criteria, model: str) -> st
         + ("" if targets else " Closest to passing: " + ", ".join(r.task for r in rows[:3]) + "."),
     ]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str]) -> int:
-    p = OneLineArgumentParser(
-        prog="lm-eval-robust select",
-        description="Apply the paper's target-task filters to a run of our perturbed tasks.",
-    )
-    p.add_argument("run", nargs="*", help="lm_eval --output_path folder(s) (with --log_samples)")
-    g = p.add_argument_group("running the screening pass first (instead of RUN)")
-    g.add_argument("--pretrained", default=None, help="model folder or embedded name")
-    g.add_argument("--model_args", default="", help="more debiased_hf arguments, k=v,k=v")
-    g.add_argument("--tasks", default=PASS_TASKS, help=f"default {PASS_TASKS}")
-    g.add_argument("--metadata", default=PASS_METADATA, help=f"default {PASS_METADATA}")
-    g.add_argument("--batch_size", default="8")
-    g.add_argument("--apply_chat_template", action="store_true", help="chat prompt style")
-    g.add_argument(
-        "--output_path", default=None, help="where the pass is written (default: beside -o)"
-    )
-    p.add_argument("--min-clean-bac", type=float, default=0.70)
-    p.add_argument("--min-drop", type=float, default=0.01)
-    p.add_argument(
-        "--significant",
-        action="store_true",
-        help="the drop's whole CI must lie beyond --min-drop (with --min-drop 0: exclude 0)",
-    )
-    p.add_argument("--resamples", type=int, default=2000)
-    p.add_argument("-o", "--out", default=None, help="write targets JSON (+ .md beside it)")
-    args = p.parse_args(list(argv))
-    if not 0 <= args.min_clean_bac <= 1 or args.min_drop < 0:
-        raise UserError("--min-clean-bac must be in [0, 1] and --min-drop >= 0 (fractions)")
-    crit = Criteria(args.min_clean_bac, args.min_drop, args.significant)
-    if bool(args.run) == bool(args.pretrained):
-        raise UserError(
-            "give either run folders or --pretrained MODEL (to run the screening pass first)"
-        )
-    runs = list(args.run) or [_screening_pass(args)]
-    rows = candidates(runs, crit, args.resamples)
-    md = to_markdown(rows, crit, ", ".join(runs))
-    print(md)
-    if args.out:
-        out = Path(args.out)
-        if out.parent.exists() and not out.parent.is_dir():
-            raise UserError(f"cannot write {out}: {out.parent} is a file; choose -o")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "runs": runs,
-            "criteria": asdict(crit),
-            "targets": target_tasks(rows),
-            "table": [{**asdict(r), "target": r.target} for r in rows],
-        }
-        out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        out.with_suffix(".md").write_text(md, encoding="utf-8")
-    return 0
-
-
-def _screening_pass(args: Any) -> str:
-    """Run the clean + small perturbed pass of ``args.tasks`` and return its output folder."""
-    from lm_eval_robust.cli import main as cli_main
-
-    if args.output_path:
-        folder = Path(args.output_path)
-    else:
-        folder = (Path(args.out).parent if args.out else Path(".")) / "select_run"
-    model_args = f"pretrained={args.pretrained}" + (
-        f",{args.model_args}" if args.model_args else ""
-    )
-    argv = ["run", "--model", "debiased_hf", "--model_args", model_args, "--tasks", args.tasks]
-    argv += ["--metadata", args.metadata, "--batch_size", str(args.batch_size)]
-    argv += ["--output_path", str(folder), "--log_samples"]
-    if args.apply_chat_template:
-        argv.append("--apply_chat_template")
-    rc = cli_main(argv)
-    if rc != 0:
-        raise UserError(f"the screening pass stopped (exit {rc}); see the messages above")
-    return str(folder)

@@ -41,7 +41,7 @@ def lm(tiny_model_dir: Path):
 
 
 def _tokens(lm, prompts=PROMPTS) -> list[list[int]]:
-    from lm_eval_robust.generation.cli import encode_prompts
+    from lm_eval_robust.generation.layers import encode_prompts
 
     return encode_prompts(lm, list(prompts), 8)
 

@@ -12,15 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_robust.lora import (
-    LoraError,
-    LoraSettings,
-    label_logits,
-    load_adapter,
-    save_adapter,
-    train_lora,
-    train_rows,
-)
+from lm_eval_robust.lora import LoraError, load_adapter, save_adapter
+from lm_eval_robust.lora_train import LoraSettings, label_logits, train_lora, train_rows
 
 MD = {"n_perturbations": 3, "n_examples": 24}
 TASK = "ni322_format_pert"
@@ -199,7 +192,10 @@ def test_cli_trains_and_rejects_bad_input(
     assert main([*base, "--task", TASK, "--rank", "0", "-o", str(tmp_path)]) == 2
     assert "rank must be >= 1" in capsys.readouterr().err
     assert main([*base, "--task", "ni322", "-o", str(tmp_path)]) == 2
-    assert "use a perturbed task" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "lm-eval-robust: error: --task ni322 is a clean task; use ni322_format_pert or "
+        "ni322_text_pert (a perturbed task)\n"
+    )
     args = [*base, "--task", TASK, "--epochs", "1", "--rank", "2", "-o", str(tmp_path / "ad")]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lm_eval_robust.cli.report import main
 from lm_eval_robust.metrics import classification
 from lm_eval_robust.metrics.certify import CertConfig
 from lm_eval_robust.report import pairing
-from lm_eval_robust.report.cli import main
 from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
 
 STAMP = "2025-01-01T00-00-00.000001"

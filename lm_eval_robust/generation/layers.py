@@ -235,3 +235,13 @@ def layer_debias(
         yield counts
     finally:
         handle.remove()
+
+
+def encode_prompts(lm: Any, prompts: list[str], max_gen_toks: int) -> list[list[int]]:
+    """Token ids of each prompt exactly as ``HFLM.generate_until`` feeds them to ``generate``."""
+    max_ctx = int(lm.max_length) - max_gen_toks
+    out: list[list[int]] = []
+    for p in prompts:
+        ids, mask = lm.tok_batch_encode([p], left_truncate_len=max_ctx, truncation=lm.truncation)
+        out.append([int(t) for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m])
+    return out

@@ -31,14 +31,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.data import Record, load_records
 from lm_eval_robust.generation.metrics import SCORES, metric_names, score_generation
 from lm_eval_robust.perturb.rng import seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
 from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
-from lm_eval_robust.tasks.settings import metadata_int, text_settings
-from lm_eval_robust.validate import check_doc_budget, check_metadata_keys
+from lm_eval_robust.tasks.settings import GenConfig, GenConfigError
+from lm_eval_robust.validate import check_doc_budget
 
 __all__ = [
     "GEN_TASKS",
@@ -52,10 +51,6 @@ __all__ = [
 
 SPLITS = ("train", "test")
 KINDS = ("clean", "text")
-
-
-class GenConfigError(UserError):
-    """A generation-task setting that cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -132,64 +127,6 @@ GEN_TASKS: dict[str, GenTask] = {
         ),
     )
 }
-
-
-@dataclass(frozen=True)
-class GenConfig:
-    """Protocol settings (paper, Appendix F.4), all overridable with ``--metadata``."""
-
-    n_examples: int = 275
-    n_train: int = 100
-    n_perturbations: int = 100
-    n_fit_perturbations: int = 30
-    n_shots: int | None = None  # None: the task's default
-    seed: int = 1234
-    text_rate: float = 0.05
-    text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
-    text_scope: str = "all"
-    max_doc_words: int = 0  # XSum: keep the first N words of the article (0: all)
-    data_dir: str | None = None
-
-    @classmethod
-    def from_metadata(cls, md: Mapping[str, Any]) -> GenConfig:
-        def as_int(key: str, minimum: int, default: int | None) -> int | None:
-            return metadata_int(md, key, default, minimum, GenConfigError)
-
-        check_metadata_keys(md, GenConfigError)
-        kinds, rate, scope = text_settings(
-            md, cls.text_kinds, cls.text_rate, cls.text_scope, GenConfigError
-        )
-        data_dir = md.get("data_dir")
-        cfg = cls(
-            n_examples=as_int("n_examples", 2, cls.n_examples) or 0,
-            n_train=as_int("n_train", 1, cls.n_train) or 0,
-            n_perturbations=as_int("n_perturbations", 2, cls.n_perturbations) or 0,
-            n_fit_perturbations=as_int("n_fit_perturbations", 1, cls.n_fit_perturbations) or 0,
-            n_shots=as_int("n_shots", 0, None),
-            seed=as_int("seed", 0, cls.seed) or 0,
-            text_rate=rate,
-            text_kinds=kinds,
-            text_scope=scope,
-            max_doc_words=as_int("max_doc_words", 0, 0) or 0,
-            data_dir=str(data_dir) if data_dir not in (None, "") else None,
-        )
-        if cfg.n_train >= cfg.n_examples:
-            raise GenConfigError(
-                f"n_train={cfg.n_train} leaves no test examples of n_examples={cfg.n_examples}; "
-                "lower n_train or raise n_examples"
-            )
-        if cfg.n_fit_perturbations >= cfg.n_perturbations:
-            raise GenConfigError(
-                f"n_fit_perturbations={cfg.n_fit_perturbations} leaves no evaluation "
-                f"perturbations of n_perturbations={cfg.n_perturbations}; lower it"
-            )
-        return cfg
-
-    def pert_ids(self, split: str) -> range:
-        """Perturbation ids of a split: 1..n_fit for train, n_fit+1..n_perturbations for test."""
-        if split == "train":
-            return range(1, self.n_fit_perturbations + 1)
-        return range(self.n_fit_perturbations + 1, self.n_perturbations + 1)
 
 
 def get_task(name: str) -> GenTask:

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
-from lm_eval_robust.report.tables import FIT_LABELS, FIT_STATS, markdown_table
+from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 
-if TYPE_CHECKING:
-    from lm_eval_robust.report.tables import Report
+
+class Report(Protocol):
+    """What the summary reads of :class:`lm_eval_robust.report.tables.Report`."""
+
+    @property
+    def runs(self) -> Sequence[dict[str, Any]]: ...
+
+    @property
+    def tasks(self) -> Sequence[Any]: ...
+
+    @property
+    def pairs(self) -> Sequence[Any]: ...
+
 
 __all__ = ["mean_std", "summary_markdown"]
 

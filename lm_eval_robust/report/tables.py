@@ -58,7 +58,9 @@ from lm_eval_robust.metrics.certify import (
 )
 from lm_eval_robust.metrics.classification import majority_share
 from lm_eval_robust.metrics.ties import pred_shares
+from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 from lm_eval_robust.report.pairing import PairedTask, Run, TaskRun, pair_runs
+from lm_eval_robust.report.summary import summary_markdown
 
 __all__ = [
     "PAIR_METRICS",
@@ -119,14 +121,6 @@ LABELS: dict[str, str] = {
     "d_P_h": "ΔP_H",
 }
 TOL = 1e-9
-# fit statistics of an applied correction shown beside the paired metrics
-FIT_STATS = ("p_eps_V", "p_eps_L", "p_eps_V_test", "p_eps_L_test")
-FIT_LABELS = {
-    "p_eps_V": "p_εV (train)",
-    "p_eps_L": "p_εL (train)",
-    "p_eps_V_test": "p_εV (test)",
-    "p_eps_L_test": "p_εL (test)",
-}
 
 
 @dataclass(frozen=True)
@@ -494,12 +488,6 @@ def _cell(e: Estimate) -> str:
     return f"{_num(e.value)} [{_num(e.low)}, {_num(e.high)}]"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _fit_cell(v: Any) -> str:
     return _num(float(v)) if isinstance(v, int | float) else "–"
 
@@ -552,8 +540,6 @@ def to_markdown(report: Report) -> str:
         f"density rule `{s.cert.density_rule}`, Chebyshev `{s.cert.chebyshev}`.",
         "",
     ]
-    from lm_eval_robust.report.summary import summary_markdown
-
     out += summary_markdown(report)
     out += ["## Robustness per model × task", ""]
     header = ["model", "task", "n", "K", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]

@@ -17,11 +17,10 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from lm_eval_robust.errors import UserError
 from lm_eval_robust.perturb.format import (
     Enumeration,
     Format,
@@ -36,71 +35,15 @@ from lm_eval_robust.perturb.rng import derive_seed, seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
 from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
 from lm_eval_robust.tasks.data import load_ni_task
-from lm_eval_robust.tasks.settings import metadata_int, text_settings
+from lm_eval_robust.tasks.settings import NIConfig, TaskConfigError
 from lm_eval_robust.tasks.specs import TaskSpec, Values, get_spec
-from lm_eval_robust.validate import check_doc_budget, check_metadata_keys
+from lm_eval_robust.validate import check_doc_budget
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test", "holdout")
 KINDS = ("clean", "format", "text")
 PROMPT_JOIN = "\n\n"
-
-
-class TaskConfigError(UserError):
-    """A task setting that cannot be used; the message names it and the fix."""
-
-
-#: ``auto``: whatever the run does (plain prompt, or the model's chat template under
-#: ``--apply_chat_template``); ``plain`` / ``chat``: the same, but ``debiased_hf`` refuses a run
-#: whose prompts are not in that style.
-PROMPT_STYLES: tuple[str, ...] = ("auto", "plain", "chat")
-
-
-@dataclass(frozen=True)
-class NIConfig:
-    """Protocol settings (paper, Section 4): all overridable with ``--metadata key=value``."""
-
-    n_examples: int = 200
-    n_perturbations: int = 200
-    n_shots: int = 2
-    seed: int = 1234
-    format_pool: int = 200
-    split_fractions: tuple[float, float, float] = (0.5, 0.35, 0.15)
-    text_rate: float = 0.05
-    text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
-    text_scope: str = "all"
-    prompt_style: str = "auto"
-    data_dir: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    @classmethod
-    def from_metadata(cls, md: Mapping[str, Any]) -> NIConfig:
-        def as_int(key: str, minimum: int) -> int:
-            return metadata_int(md, key, getattr(cls, key), minimum, TaskConfigError) or 0
-
-        check_metadata_keys(md, TaskConfigError)
-        kinds, rate, scope = text_settings(
-            md, cls.text_kinds, cls.text_rate, cls.text_scope, TaskConfigError
-        )
-        style = str(md.get("prompt_style", cls.prompt_style)).strip().lower()
-        if style not in PROMPT_STYLES:
-            raise TaskConfigError(
-                f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}"
-            )
-        data_dir = md.get("data_dir")
-        return cls(
-            n_examples=as_int("n_examples", 3),
-            n_perturbations=as_int("n_perturbations", 1),
-            n_shots=as_int("n_shots", 0),
-            seed=as_int("seed", 0),
-            format_pool=as_int("format_pool", 3),
-            text_rate=rate,
-            text_kinds=kinds,
-            text_scope=scope,
-            prompt_style=style,
-            data_dir=str(data_dir) if data_dir not in (None, "") else None,
-        )
 
 
 @dataclass(frozen=True)

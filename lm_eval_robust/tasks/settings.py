@@ -1,17 +1,21 @@
-"""Parsing of the ``--metadata`` settings that every task family shares (NI and generation).
+"""The ``--metadata`` settings of both task families (NI and generation), and their parsing.
 
-Each parser raises the caller's :class:`UserError` subclass with one line naming the setting, the
-value given and a working example.
+:class:`NIConfig` and :class:`GenConfig` live here, side by side, because each refuses a key that
+neither family knows (the harness passes every key to every task). Each parser raises the
+caller's :class:`UserError` subclass with one line naming the setting, the value given and a
+working example.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.perturb.text import TEXT_PERTURBATIONS
+from lm_eval_robust.validate import model_arg_names, nearest
 
 
 def metadata_int(
@@ -63,3 +67,154 @@ def text_settings(
     if parsed_scope not in ("all", "query"):
         raise error(f"unknown text_scope {parsed_scope!r}; use one of all, query")
     return parsed, value, parsed_scope
+
+
+class TaskConfigError(UserError):
+    """A task setting that cannot be used; the message names it and the fix."""
+
+
+#: ``auto``: whatever the run does (plain prompt, or the model's chat template under
+#: ``--apply_chat_template``); ``plain`` / ``chat``: the same, but ``debiased_hf`` refuses a run
+#: whose prompts are not in that style.
+PROMPT_STYLES: tuple[str, ...] = ("auto", "plain", "chat")
+
+
+@dataclass(frozen=True)
+class NIConfig:
+    """Protocol settings (paper, Section 4): all overridable with ``--metadata key=value``."""
+
+    n_examples: int = 200
+    n_perturbations: int = 200
+    n_shots: int = 2
+    seed: int = 1234
+    format_pool: int = 200
+    split_fractions: tuple[float, float, float] = (0.5, 0.35, 0.15)
+    text_rate: float = 0.05
+    text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
+    text_scope: str = "all"
+    prompt_style: str = "auto"
+    data_dir: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> NIConfig:
+        def as_int(key: str, minimum: int) -> int:
+            return metadata_int(md, key, getattr(cls, key), minimum, TaskConfigError) or 0
+
+        check_metadata_keys(md, TaskConfigError)
+        kinds, rate, scope = text_settings(
+            md, cls.text_kinds, cls.text_rate, cls.text_scope, TaskConfigError
+        )
+        style = str(md.get("prompt_style", cls.prompt_style)).strip().lower()
+        if style not in PROMPT_STYLES:
+            raise TaskConfigError(
+                f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}"
+            )
+        data_dir = md.get("data_dir")
+        return cls(
+            n_examples=as_int("n_examples", 3),
+            n_perturbations=as_int("n_perturbations", 1),
+            n_shots=as_int("n_shots", 0),
+            seed=as_int("seed", 0),
+            format_pool=as_int("format_pool", 3),
+            text_rate=rate,
+            text_kinds=kinds,
+            text_scope=scope,
+            prompt_style=style,
+            data_dir=str(data_dir) if data_dir not in (None, "") else None,
+        )
+
+
+class GenConfigError(UserError):
+    """A generation-task setting that cannot be used."""
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    """Protocol settings (paper, Appendix F.4), all overridable with ``--metadata``."""
+
+    n_examples: int = 275
+    n_train: int = 100
+    n_perturbations: int = 100
+    n_fit_perturbations: int = 30
+    n_shots: int | None = None  # None: the task's default
+    seed: int = 1234
+    text_rate: float = 0.05
+    text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
+    text_scope: str = "all"
+    max_doc_words: int = 0  # XSum: keep the first N words of the article (0: all)
+    data_dir: str | None = None
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> GenConfig:
+        def as_int(key: str, minimum: int, default: int | None) -> int | None:
+            return metadata_int(md, key, default, minimum, GenConfigError)
+
+        check_metadata_keys(md, GenConfigError)
+        kinds, rate, scope = text_settings(
+            md, cls.text_kinds, cls.text_rate, cls.text_scope, GenConfigError
+        )
+        data_dir = md.get("data_dir")
+        cfg = cls(
+            n_examples=as_int("n_examples", 2, cls.n_examples) or 0,
+            n_train=as_int("n_train", 1, cls.n_train) or 0,
+            n_perturbations=as_int("n_perturbations", 2, cls.n_perturbations) or 0,
+            n_fit_perturbations=as_int("n_fit_perturbations", 1, cls.n_fit_perturbations) or 0,
+            n_shots=as_int("n_shots", 0, None),
+            seed=as_int("seed", 0, cls.seed) or 0,
+            text_rate=rate,
+            text_kinds=kinds,
+            text_scope=scope,
+            max_doc_words=as_int("max_doc_words", 0, 0) or 0,
+            data_dir=str(data_dir) if data_dir not in (None, "") else None,
+        )
+        if cfg.n_train >= cfg.n_examples:
+            raise GenConfigError(
+                f"n_train={cfg.n_train} leaves no test examples of n_examples={cfg.n_examples}; "
+                "lower n_train or raise n_examples"
+            )
+        if cfg.n_fit_perturbations >= cfg.n_perturbations:
+            raise GenConfigError(
+                f"n_fit_perturbations={cfg.n_fit_perturbations} leaves no evaluation "
+                f"perturbations of n_perturbations={cfg.n_perturbations}; lower it"
+            )
+        return cfg
+
+    def pert_ids(self, split: str) -> range:
+        """Perturbation ids of a split: 1..n_fit for train, n_fit+1..n_perturbations for test."""
+        if split == "train":
+            return range(1, self.n_fit_perturbations + 1)
+        return range(self.n_fit_perturbations + 1, self.n_perturbations + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# keys
+
+#: keys lm-eval itself puts into every task's metadata
+HARNESS_KEYS = ("version", "config_source", "config", "_metadata", "num_fewshot")
+
+
+def task_setting_names() -> set[str]:
+    """Every ``--metadata`` key of our task families (NI and generation)."""
+    names = {f.name for f in fields(NIConfig)} | {f.name for f in fields(GenConfig)}
+    return names - {"extra", "split_fractions"}
+
+
+def check_metadata_keys(md: Mapping[str, Any], error: type[UserError]) -> None:
+    """Refuse a misspelt setting with the nearest valid key.
+
+    The harness merges ``--model_args`` into every task's metadata and passes keys of either of
+    our task families to both, so model args and the other family's settings are accepted.
+    """
+    ours = task_setting_names()
+    left = [k for k in md if not str(k).startswith("lmer_") and k not in ours]
+    left = [k for k in left if k not in HARNESS_KEYS]
+    if left:
+        models = model_arg_names()  # imports the model class: only when needed
+        left = [k for k in left if k not in models]
+    for key in left:
+        near = nearest(str(key), ours)
+        hint = f"did you mean {near!r}? " if near else ""
+        raise error(
+            f"unknown setting {key!r} in --metadata; {hint}(valid: {', '.join(sorted(ours))})"
+        )

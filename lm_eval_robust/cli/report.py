@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.certify import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import (
@@ -29,12 +30,11 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(
-        prog="lm-eval-robust report",
-        description=(
-            "Robustness report over lm_eval runs of our tasks (run with --output_path OUT "
-            "--log_samples). Give OUT, OUT/<model>, or a results_*.json file per run."
-        ),
+    p = CommandParser(
+        "report",
+        "Robustness report over lm_eval runs of our tasks (run with --output_path OUT "
+        "--log_samples). Give OUT, OUT/<model>, or a results_*.json file per run.",
+        f"{PROG} report runs/base runs/debiased --labels base,debiased -o report/",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders; the first is the base")
     p.add_argument("--labels", default=None, help="comma-separated run names, e.g. base,debiased")
@@ -54,17 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--certificate",
         choices=sorted(ESTIMATORS),
         default=DEFAULT_ESTIMATOR,
-        help="estimator behind p_C/p_H/P_C/P_H and their CIs (default: %(default)s; the report's "
-        "certificate check shows every estimator with its held-back verification)",
+        help="estimator behind p_C/p_H/P_C/P_H and their CIs (the report's certificate check "
+        "shows every estimator with its held-back verification)",
     )
     p.add_argument(
-        "--eps-rule",
+        "--eps_rule",
         choices=["order", "zero"],
         default=None,
         help="override the estimator's out-of-box mass: 'order' 1/(n+1), 'zero' (paper)",
     )
     p.add_argument(
-        "--density-rule",
+        "--density_rule",
         choices=["histogram", "uniform"],
         default=None,
         help="override the estimator's C·V_B: histogram density ratio, or 1 (paper)",
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="reference",
         help="Cantelli on the uniform reference (paper) or on the shifts' own mean/variance",
     )
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    p.add_argument("--no_plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     return p
 

@@ -1,16 +1,17 @@
-"""``lm-eval-robust plan RUN [OTHER]``: sample sizes from a pilot run (see :mod:`.plan`)."""
+"""``lm-eval-robust plan RUN [OTHER]``: sample sizes from a pilot run (report.plan)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.certify import MarginTable
 from lm_eval_robust.report.pairing import label_runs, pair_runs
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -22,14 +23,13 @@ def _ints(text: str) -> tuple[int, ...]:
         ) from None
 
 
-def main(argv: Sequence[str]) -> int:
-    p = OneLineArgumentParser(
-        prog="lm-eval-robust plan",
-        description=(
-            "How many source examples (at K perturbations each) a task needs before an effect of "
-            "--effect points is significant, from a pilot run. One run: its perturbation drop. "
-            "Two runs (base, other): the change of perturbed BAC, paired by doc."
-        ),
+def build_parser() -> CommandParser:
+    p = CommandParser(
+        "plan",
+        "How many source examples (at K perturbations each) a task needs before an effect of "
+        "--effect points is significant, from a pilot run. One run: its perturbation drop. "
+        "Two runs (base, other): the change of perturbed BAC, paired by doc.",
+        f"{PROG} plan runs/pilot runs/debiased --effect 1",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="pilot run folder(s): base [other]")
     p.add_argument("--effect", type=float, default=1.0, help="effect to detect, points of BAC")
@@ -37,10 +37,14 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--power", type=float, default=0.8, help="power of the test")
     p.add_argument("--k", default="20,50,100,200", help="perturbations per example to plan for")
     p.add_argument("--resamples", type=int, default=2000, help="two-stage bootstrap resamples")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
     p.add_argument("-o", "--out", default=None, help="also write the Markdown table here")
-    args = p.parse_args(list(argv))
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
     if len(args.runs) > 2:
         raise UserError(f"plan takes one run or a pair (base, other); got {len(args.runs)} runs")
     try:

@@ -1,4 +1,4 @@
-"""``lm-eval-robust fit --task <name>_text_pert --layer L|a,b|sweep``: intermediate-layer fit.
+"""``lm-eval-robust fit --task <name>_text_pert --layer L|a,b|sweep``: the intermediate-layer fit.
 
 Builds the ``_train`` docs (clean prompts and fitting perturbations), encodes them as the
 harness's ``generate_until`` does (``tok_batch_encode``, left truncation to ``max_length −
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,24 +40,15 @@ def _out_path(out: Path, key: str, layer: int, several: bool) -> Path:
     return out / f"{key}.safetensors"
 
 
-def encode_prompts(lm: Any, prompts: list[str], max_gen_toks: int) -> list[list[int]]:
-    """Token ids of each prompt exactly as ``HFLM.generate_until`` feeds them to ``generate``."""
-    max_ctx = int(lm.max_length) - max_gen_toks
-    out: list[list[int]] = []
-    for p in prompts:
-        ids, mask = lm.tok_batch_encode([p], left_truncate_len=max_ctx, truncation=lm.truncation)
-        out.append([int(t) for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m])
-    return out
-
-
 def fit_layers(args: argparse.Namespace, key: str) -> int:
     """Run the layer fit described by the parsed ``fit`` arguments."""
-    from lm_eval_robust.cli import _model_kwargs, _number_or_auto, _parse_metadata
+    from lm_eval_robust.cli.args import model_kwargs, number_or_auto, parse_metadata
     from lm_eval_robust.generation.fit import fit_layer_correction, save_layer_correction
     from lm_eval_robust.generation.layers import (
         POSITIONS,
         collect_last_states,
         decoder_layers,
+        encode_prompts,
         resolve_layers,
     )
     from lm_eval_robust.generation.tasks import GenConfig, build_docs, get_task
@@ -71,14 +61,14 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         raise UserError(f"--positions must be one of {', '.join(POSITIONS)}")
     if args.k < 1:
         raise UserError(f"--k must be >= 1, got {args.k}")
-    lam = _number_or_auto("--lam", args.lam, minimum=0.0)
-    alpha = _number_or_auto("--alpha", args.alpha, minimum=0.0)
+    lam = number_or_auto("--lam", args.lam, minimum=0.0)
+    alpha = number_or_auto("--alpha", args.alpha, minimum=0.0)
     if alpha is None:
         raise UserError("--alpha auto is for classification fits; give a number for --layer")
-    config = GenConfig.from_metadata(_parse_metadata(args.metadata))
+    config = GenConfig.from_metadata(parse_metadata(args.metadata))
     docs = build_docs(name, "text", "train", config)
     out = Path(args.out)
-    lm = DebiasedHFLM(pretrained=args.pretrained, **_model_kwargs(args.model_args))
+    lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
     n_layers = len(decoder_layers(lm.model))
     layers = resolve_layers(args.layer, n_layers)
     tokens = encode_prompts(lm, [d["prompt"] for d in docs], get_task(name).max_gen_toks)
@@ -114,7 +104,7 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
             positions=args.positions,
             fingerprint=lm.fingerprint,
         )
-        corr.stats["metadata"] = _parse_metadata(args.metadata)
+        corr.stats["metadata"] = parse_metadata(args.metadata)
         path = save_layer_correction(corr, _out_path(out, key, layer, len(layers) > 1))
         summary = {
             "task": key,

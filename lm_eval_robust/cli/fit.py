@@ -1,0 +1,243 @@
+"""``lm-eval-robust fit``: a debiasing correction fitted on a task's ``_train`` split."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from lm_eval_robust.cli.args import (
+    PROG,
+    CommandParser,
+    add_model_flags,
+    model_kwargs,
+    number_or_auto,
+    parse_metadata,
+    perturbed_task,
+)
+from lm_eval_robust.errors import UserError
+
+__all__ = ["build_parser", "collect", "main"]
+
+
+def build_parser() -> CommandParser:
+    p = CommandParser(
+        "fit",
+        "Collect features of a task's _train split through debiased_hf (the evaluation's own "
+        "prompt path), fit a debiasing correction and write it as safetensors + JSON.",
+        f"{PROG} fit --task ni065_format_pert --pretrained gemma-3-270m -o corr.safetensors",
+    )
+    p.add_argument("--task", default=None, help="perturbed task, e.g. ni065_format_pert")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="instead of --task: several tasks, a comma list or select's targets .json; "
+        "--features is then the collect_features root and -o a folder (one file per task)",
+    )
+    add_model_flags(p, batch_size="16")
+    p.add_argument("--features", default=None, help="use features already collected in DIR")
+    p.add_argument("--features_dir", default=None, help="where to collect (default: next to -o)")
+    p.add_argument(
+        "--any_split",
+        action="store_true",
+        help="allow --features of a split other than _train (leaks that split into the fit)",
+    )
+    p.add_argument(
+        "--method",
+        choices=[
+            "ridge",
+            "constant",
+            "batch_calibration",
+            "contextual_calibration",
+            "clean_calibration",
+        ],
+        default="ridge",
+        help="how the correction is fitted",
+    )
+    p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
+    p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
+    p.add_argument("--psi", choices=["linear", "norm"], default="linear", help="ridge features ψ")
+    p.add_argument(
+        "--beta",
+        choices=["midpoint", "mean"],
+        default="midpoint",
+        help="ridge β: midpoint of the residual range (paper) or the residual mean",
+    )
+    p.add_argument("--phi", type=float, default=0.05, help="failure ratio φ of the radii")
+    p.add_argument("--plot", default=None, help="constant method: write the search plot here")
+    p.add_argument("-o", "--out", required=True, help="correction file (.safetensors)")
+    p.add_argument(
+        "--layer",
+        default=None,
+        help="generation tasks: fit intermediate-layer debiasing at decoder layer L (0-based), "
+        "a comma list, or 'sweep' (first, quarter, half, last); -o is then a folder",
+    )
+    p.add_argument("--k", type=int, default=1, help="--layer: principal components debiased")
+    p.add_argument(
+        "--positions",
+        default="prompt",
+        help="--layer: decode positions edited: prompt (last prompt token), generated, all",
+    )
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if (args.task is None) == (args.tasks is None):
+        raise UserError("give --task TASK, or --tasks with a comma list or a targets .json")
+    if args.tasks is not None:
+        return _fit_many(args)
+    return _fit_one(args)
+
+
+def _fit_many(args: argparse.Namespace) -> int:
+    """``fit --tasks``: one correction per task into the folder ``-o``."""
+    from pathlib import Path
+
+    from lm_eval_robust.select import read_task_list
+
+    if args.layer is not None:
+        raise UserError("--layer fits one generation task at a time; use --task")
+    out = Path(args.out)
+    if out.suffix == ".safetensors":
+        raise UserError(f"with --tasks, -o is a folder (one file per task), not {out.name}")
+    keys = [perturbed_task(task, "--tasks") for task in read_task_list(args.tasks)]
+    for key in keys:
+        one = argparse.Namespace(**vars(args))
+        one.task, one.out = key, str(out / f"{key}.safetensors")
+        if args.features:
+            one.features = str(Path(args.features) / f"{key}_train")
+        if args.plot:
+            one.plot = str(out / f"{key}_search.png")
+        rc = _fit_one(one)
+        if rc:
+            return rc
+    return 0
+
+
+def _fit_one(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from lm_eval_robust.correction import correction_key, fit_summary, save
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+
+    if args.layer is not None:
+        from lm_eval_robust.cli.fit_layers import fit_layers
+
+        return fit_layers(args, correction_key(args.task))
+    key = perturbed_task(args.task)  # unknown or misspelt task: one line before any work
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    NIConfig.from_metadata(parse_metadata(args.metadata))  # settings too, before the model loads
+    out = Path(args.out)
+    if out.parent.exists() and not out.parent.is_dir():
+        raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
+    if args.method == "contextual_calibration":  # needs the model, not collected features
+        return _fit_contextual(key, args, out)
+    settings = FitSettings(
+        method=args.method,
+        lam=number_or_auto("--lam", args.lam, minimum=0.0),
+        alpha=number_or_auto("--alpha", args.alpha, minimum=0.0),
+        psi=args.psi,
+        phi=args.phi,
+        beta=args.beta,
+    )
+    if args.features:
+        feat_dir = Path(args.features)
+    else:
+        root = Path(args.features_dir) if args.features_dir else out.with_suffix(".features")
+        collect(
+            key + "_train", args.pretrained, args.model_args, args.metadata, root, args.batch_size
+        )
+        feat_dir = root / (key + "_train")
+    _refuse_fit_inputs(out, feat_dir)
+    feats = load_features(feat_dir)
+    _check_train_split(feats.task, feat_dir, args.any_split)
+    if correction_key(feats.task) != key:
+        raise UserError(
+            f"features in {feat_dir} are for {feats.task}, not {key}_train; pass --task "
+            f"{correction_key(feats.task)} or collect {key}_train"
+        )
+    if args.method == "constant":
+        from lm_eval_robust.fit.run import constant_search_of
+
+        search = constant_search_of(feats, settings)
+        if args.plot:
+            from lm_eval_robust.fit.constant import plot_constant_search
+
+            plot_constant_search(search, args.plot)
+        if search.b is None:  # the paper's "–" rows: say so, write nothing
+            print(
+                json.dumps({"task": key, "method": "constant", "b": None, "reason": search.reason})
+            )
+            return 0
+    correction = fit_features(feats, settings)
+    save(correction, out)
+    summary = {"task": correction.task, **fit_summary(correction)}
+    summary.pop("n_examples", None)
+    if correction.stats.get("b") is not None:
+        summary["b"] = correction.stats["b"]
+    summary["out"] = str(out)
+    print(json.dumps(summary))
+    return 0
+
+
+def _refuse_fit_inputs(out: Any, feat_dir: Any) -> None:
+    """``-o`` must not be the features folder, hold it, or be one of its shards."""
+    from pathlib import Path
+
+    from lm_eval_robust.atomic import refuse_overwrite
+
+    shards = sorted(Path(feat_dir).glob("rank*.safetensors")) if Path(feat_dir).is_dir() else []
+    refuse_overwrite(out, "-o", [("features", feat_dir), *(("feature shard", s) for s in shards)])
+
+
+def _check_train_split(task: str, feat_dir: Any, any_split: bool) -> None:
+    """Fitting on the test or hold-out split leaks it into the correction: refused by default."""
+    if task.endswith("_train") or any_split:
+        return
+    raise UserError(
+        f"features in {feat_dir} are from {task}, not a _train split: fitting on them leaks the "
+        "split the correction is evaluated on; collect the _train split, or pass --any-split "
+        "to fit on it on purpose"
+    )
+
+
+def _fit_contextual(key: str, args: argparse.Namespace, out: Any) -> int:
+    import json
+
+    from lm_eval_robust.correction import save
+    from lm_eval_robust.fit.run import contextual_calibration
+    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.tasks.ni import NIConfig
+
+    lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
+    corr = contextual_calibration(key, lm, NIConfig.from_metadata(parse_metadata(args.metadata)))
+    save(corr, out)
+    print(json.dumps({"task": key, "method": corr.method, "p_cf": corr.stats["p_cf"]}))
+    return 0
+
+
+def collect(
+    task: str, pretrained: str, model_args: str, metadata: str, root: Any, batch_size: str
+) -> None:
+    """Run the harness on ``task`` with feature collection into ``root``."""
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_robust._plugin import register, task_dir
+
+    register()
+    md = parse_metadata(metadata)
+    extra = model_kwargs(model_args)
+    tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata=md)
+    lm_eval.simple_evaluate(
+        model="debiased_hf",
+        model_args={"pretrained": pretrained, "collect_features": str(root), **extra},
+        tasks=[task],
+        task_manager=tm,
+        batch_size=batch_size,
+    )

@@ -1,0 +1,123 @@
+"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.select`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.errors import UserError
+from lm_eval_robust.select import (
+    PASS_METADATA,
+    PASS_TASKS,
+    Criteria,
+    candidates,
+    target_tasks,
+    to_markdown,
+)
+
+__all__ = ["build_parser", "check_pass_tasks", "main"]
+
+
+def check_pass_tasks(tasks: str) -> None:
+    """Every name of ``--tasks`` must be one of our tasks or tags (one line, before any model)."""
+    from lm_eval_robust.cli.args import known_tasks
+    from lm_eval_robust.validate import nearest
+
+    known = known_tasks()
+    for name in (t.strip() for t in tasks.split(",")):
+        if name and name not in known:
+            near = nearest(name, known)
+            hint = f"did you mean {near!r}? " if near else ""
+            raise UserError(
+                f"unknown task {name!r} in --tasks; {hint}(e.g. {PASS_TASKS}, or ni065_format_pert)"
+            )
+
+
+def build_parser() -> CommandParser:
+    p = CommandParser(
+        "select",
+        "Apply the paper's target-task filters to a run of our perturbed tasks.",
+        f"{PROG} select runs/pilot --min_clean_bac 0.7 -o targets.json",
+    )
+    p.add_argument("run", nargs="*", help="lm_eval --output_path folder(s) (with --log_samples)")
+    g = p.add_argument_group("running the screening pass first (instead of RUN)")
+    g.add_argument("--pretrained", default=None, help="model folder or embedded name")
+    g.add_argument("--model_args", default="", help="more debiased_hf arguments, k=v,k=v")
+    g.add_argument("--tasks", default=PASS_TASKS, help="tasks of the pass")
+    g.add_argument("--metadata", default=PASS_METADATA, help="task settings of the pass, JSON")
+    g.add_argument("--batch_size", default="8", help="prompts per forward pass")
+    g.add_argument("--apply_chat_template", action="store_true", help="chat prompt style")
+    g.add_argument(
+        "--output_path", default=None, help="where the pass is written (default: beside -o)"
+    )
+    p.add_argument(
+        "--min_clean_bac", type=float, default=0.70, help="clean BAC a target needs (fraction)"
+    )
+    p.add_argument(
+        "--min_drop", type=float, default=0.01, help="drop a target needs (fraction of BAC)"
+    )
+    p.add_argument(
+        "--significant",
+        action="store_true",
+        help="the drop's whole CI must lie beyond --min_drop (with --min_drop 0: exclude 0)",
+    )
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("-o", "--out", default=None, help="write targets JSON (+ .md beside it)")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if args.pretrained:
+        check_pass_tasks(args.tasks)
+    if not 0 <= args.min_clean_bac <= 1 or args.min_drop < 0:
+        raise UserError("--min_clean_bac must be in [0, 1] and --min_drop >= 0 (fractions)")
+    crit = Criteria(args.min_clean_bac, args.min_drop, args.significant)
+    if bool(args.run) == bool(args.pretrained):
+        raise UserError(
+            "give either run folders or --pretrained MODEL (to run the screening pass first)"
+        )
+    runs = list(args.run) or [_screening_pass(args)]
+    rows = candidates(runs, crit, args.resamples)
+    md = to_markdown(rows, crit, ", ".join(runs))
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        if out.parent.exists() and not out.parent.is_dir():
+            raise UserError(f"cannot write {out}: {out.parent} is a file; choose -o")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "runs": runs,
+            "criteria": asdict(crit),
+            "targets": target_tasks(rows),
+            "table": [{**asdict(r), "target": r.target} for r in rows],
+        }
+        out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        out.with_suffix(".md").write_text(md, encoding="utf-8")
+    return 0
+
+
+def _screening_pass(args: Any) -> str:
+    """Run the clean + small perturbed pass of ``args.tasks`` and return its output folder."""
+    from lm_eval_robust.cli.run import main as run_main
+
+    if args.output_path:
+        folder = Path(args.output_path)
+    else:
+        folder = (Path(args.out).parent if args.out else Path(".")) / "select_run"
+    model_args = f"pretrained={args.pretrained}" + (
+        f",{args.model_args}" if args.model_args else ""
+    )
+    argv = ["--model", "debiased_hf", "--model_args", model_args, "--tasks", args.tasks]
+    argv += ["--metadata", args.metadata, "--batch_size", str(args.batch_size)]
+    argv += ["--output_path", str(folder), "--log_samples"]
+    if args.apply_chat_template:
+        argv.append("--apply_chat_template")
+    rc = run_main(argv)
+    if rc != 0:
+        raise UserError(f"the screening pass stopped (exit {rc}); see the messages above")
+    return str(folder)
