@@ -78,7 +78,7 @@ def register_tasks(manager_module: ModuleType | None = None) -> None:
         cls.__init__ = _with_our_tasks(cls.__init__)
     from lm_eval_robust import harness_logs
 
-    harness_logs.install()
+    harness_logs.install(task_dir())
 
 
 def _user_error_in(exc: BaseException | None) -> BaseException | None:

@@ -17,14 +17,17 @@ HARNESS_TASK_LOGGER = "lm_eval.api.task"
 
 
 @functools.cache
-def our_task_names() -> frozenset[str]:
-    from lm_eval_robust._plugin import task_dir
-
-    return frozenset(p.stem for p in Path(task_dir()).glob("*.yaml"))
+def task_names(task_dir: str) -> frozenset[str]:
+    """The names of the tasks whose YAMLs are in ``task_dir``."""
+    return frozenset(p.stem for p in Path(task_dir).glob("*.yaml"))
 
 
 class DropCustomKwargsNote(logging.Filter):
     """Drops the custom-kwargs note for our tasks (the message starts with the task name)."""
+
+    def __init__(self, ours: frozenset[str]) -> None:
+        super().__init__()
+        self.ours = ours
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -34,11 +37,11 @@ class DropCustomKwargsNote(logging.Filter):
         if CUSTOM_KWARGS not in message:
             return True
         task = message.split(":", 1)[0].strip()
-        return task not in our_task_names()
+        return task not in self.ours
 
 
-def install() -> None:
-    """Add the filter to the harness's task logger (once)."""
+def install(task_dir: str) -> None:
+    """Add the filter for the tasks of ``task_dir`` to the harness's task logger (once)."""
     logger = logging.getLogger(HARNESS_TASK_LOGGER)
     if not any(isinstance(f, DropCustomKwargsNote) for f in logger.filters):
-        logger.addFilter(DropCustomKwargsNote())
+        logger.addFilter(DropCustomKwargsNote(task_names(task_dir)))
