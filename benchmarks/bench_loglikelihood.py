@@ -6,6 +6,10 @@ absolute log-likelihood difference to hf and the agreement of predicted labels.
 
     python benchmarks/bench_loglikelihood.py --pretrained gemma-3-270m --task ni065_format_pert \
         --metadata '{"n_perturbations": 4}' --limit 64 --repeats 3 --out results/benchmarks.md
+
+A variant named ``NAME@DTYPE`` (``debiased_hf@float32``) loads in that dtype instead of --dtype;
+``--variants debiased_hf@bfloat16,debiased_hf@float32`` measures what half precision buys on this
+CPU (nothing without native bf16 instructions: it is emulated).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -
 
     from lm_eval_robust.model import DebiasedHFLM
 
+    variant, _, dtype = variant.partition("@")  # "name@float32": that variant in that dtype
+    if dtype:
+        kw = {**kw, "dtype": dtype}
     if variant == "raw_forward":
         return RawForward(DebiasedHFLM(pretrained=path, **kw, prefix_cache=False), kw["batch_size"])
     if variant.endswith("+correction"):
@@ -146,7 +153,7 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = {
         "model": args.pretrained,
-        "dtype": str(next(iter(models.values())).model.dtype),
+        "dtype": ",".join(sorted({str(m.model.dtype) for m in models.values()})),
         "task": args.task,
         "metadata": md,
         "requests": len(reqs),

@@ -86,6 +86,42 @@ def _positive_int_or_none(value: Any, name: str) -> int | None:
     return int(text)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX), as oneDNN reports."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _checkpoint_dtype(folder: str) -> str:
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    text = config.get("torch_dtype") or config.get("dtype") or ""
+    if not text and isinstance(config.get("text_config"), dict):
+        text = config["text_config"].get("torch_dtype") or config["text_config"].get("dtype") or ""
+    return str(text)
+
+
+def cpu_dtype_default(pretrained: str, kwargs: Mapping[str, Any]) -> str | None:
+    """``float32`` where the user left ``dtype`` at auto, the model runs on a CPU without native
+    bfloat16, and the local checkpoint is stored in half precision (emulated half precision is
+    several times slower there; the label scores are float32 either way); else None."""
+    if str(kwargs.get("dtype", "auto")).lower() != "auto" or "torch_dtype" in kwargs:
+        return None
+    device = str(kwargs.get("device") or "cuda").lower()
+    on_cpu = device.startswith("cpu") or (
+        device.startswith("cuda") and not torch.cuda.is_available()
+    )
+    if not on_cpu or cpu_has_native_bf16():
+        return None
+    if _checkpoint_dtype(pretrained) in ("bfloat16", "float16"):
+        return "float32"
+    return None
+
+
 @register_model("debiased_hf")
 class DebiasedHFLM(HFLM):
     """HFLM with a last-positions fast path, debiasing corrections and feature collection.
@@ -125,6 +161,18 @@ class DebiasedHFLM(HFLM):
         paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
         check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
         check_data_dir_env()  # the tasks read it only after the model has loaded
+        self._dtype_note = ""
+        if isinstance(pretrained, str):
+            chosen = cpu_dtype_default(pretrained, kwargs)
+            if chosen is not None:
+                kwargs["dtype"] = chosen
+                self._dtype_note = f"{chosen} (dtype=auto on a CPU without native half precision)"
+                log.warning(
+                    "debiased_hf: dtype=auto -> %s: this CPU has no native bfloat16 instructions, "
+                    "so half precision is emulated and slower than float32; pass "
+                    "dtype=bfloat16 to keep the checkpoint's dtype",
+                    chosen,
+                )
         self._fast_batch_setting = _positive_int_or_none(fast_batch_size, "fast_batch_size")
         if isinstance(pretrained, str) and "tokenizer" not in kwargs:
             kwargs["tokenizer"] = pretrained
@@ -190,6 +238,9 @@ class DebiasedHFLM(HFLM):
         pair runs whose label scores differ in precision)."""
         info = dict(super().get_model_info())
         info["label_score_dtype"] = LABEL_SCORE_DTYPE
+        info["model_dtype"] = str(getattr(self.model, "dtype", "")).removeprefix("torch.")
+        if self._dtype_note:
+            info["model_dtype_note"] = self._dtype_note
         return info
 
     def _enable_cpu_data_parallel(self) -> None:

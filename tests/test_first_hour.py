@@ -174,3 +174,51 @@ def test_cache_argument_follows_the_forward_signature() -> None:
 
     assert output_cache(OutNew()) == "c"
     assert output_cache(OutOld()) == "p"
+
+
+def _half_copy(src: Path, dst: Path) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["dtype"] = "bfloat16"
+    config.pop("torch_dtype", None)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def test_cpu_dtype_default(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lm_eval_robust import model
+
+    half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
+    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
+    assert model.cpu_dtype_default(half, {"device": "cpu"}) == "float32"
+    assert model.cpu_dtype_default(half, {"device": "cpu", "dtype": "auto"}) == "float32"
+    assert model.cpu_dtype_default(half, {"device": "cpu", "dtype": "bfloat16"}) is None
+    full = str(tiny_model_dir)
+    if model._checkpoint_dtype(full) not in ("bfloat16", "float16"):
+        assert model.cpu_dtype_default(full, {"device": "cpu"}) is None
+    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: True)
+    assert model.cpu_dtype_default(half, {"device": "cpu"}) is None
+
+
+def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from lm_eval_robust import model
+
+    half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
+    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
+    lm = model.DebiasedHFLM(pretrained=half, device="cpu")
+    assert lm.model.dtype == torch.float32
+    info = lm.get_model_info()
+    assert info["model_dtype"] == "float32"
+    assert "dtype=auto on a CPU without native half precision" in info["model_dtype_note"]
+    kept = model.DebiasedHFLM(pretrained=half, device="cpu", dtype="bfloat16")
+    assert kept.model.dtype == torch.bfloat16
+    assert "model_dtype_note" not in kept.get_model_info()
