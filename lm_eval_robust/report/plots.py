@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -124,8 +125,11 @@ def plot_certification(report: Report, path: Path) -> Path:
                 )
             ax.axvline(0, color="0.4", lw=0.8)
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel(f"{LABELS[key]} (points)" + ("" if bins.size > 2 else " — n/a"))
-            ax.legend(fontsize=7)
+            ax.set_xlabel(f"{LABELS[key]} (points)")
+            if any(np.isfinite(v).any() for v in values.values()):
+                ax.legend(fontsize=7)
+            else:
+                _say_why_empty(ax, _certificate_reason(report))
         axes[0].set_ylabel("tasks")
         title = f"Effect of debiasing on certification (vs {report.pairs[0].base})"
     else:
@@ -134,12 +138,30 @@ def plot_certification(report: Report, path: Path) -> Path:
             v = v[np.isfinite(v)]
             ax.hist(v, bins=10, range=(0, 100), color=BEFORE, alpha=0.8, edgecolor="white")
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel(f"{LABELS[name]} (%)" + ("" if v.size else " — not computable"))
+            ax.set_xlabel(f"{LABELS[name]} (%)")
+            if not v.size:
+                _say_why_empty(ax, _certificate_reason(report))
         axes[0].set_ylabel("tasks")
         title = "Certification across tasks"
     fig.suptitle(title)
     fig.savefig(path)
     return path
+
+
+def _certificate_reason(report: Report) -> str:
+    """Why certificates are not computable, from the first task note that says so."""
+    for t in report.tasks:
+        for note in t.notes:
+            if note.startswith("certificates:") and ("not computable" in note or "need" in note):
+                return note.removeprefix("certificates:").strip()
+    return "no task has a computable certificate"
+
+
+def _say_why_empty(ax: Axes, reason: str) -> None:
+    """An empty panel says why it is empty instead of showing blank axes."""
+    text = "\n".join(textwrap.wrap(f"n/a: {reason}", 34))
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8)
+    ax.set_yticks([])
 
 
 def _bins(values: np.ndarray) -> np.ndarray:
