@@ -72,6 +72,35 @@ def _with_our_tasks(init: Any) -> Any:
     return __init__
 
 
+def _flat_load(self: Any, task_list: Any) -> dict[str, dict[str, Any]]:
+    """``TaskManager.load`` (lm-eval 0.4.12+) for 0.4.11, over its ``load_task_or_group``.
+
+    0.4.11 returns a nested dict (a task name -> Task, a group -> the dict of its members); this
+    flattens it into 0.4.12's ``{"tasks": {name: Task}, "groups": {name: group}, "group_map":
+    {group: [member names]}}``.
+    """
+    nested = self.load_task_or_group(task_list)
+    tasks: dict[str, Any] = {}
+    groups: dict[str, Any] = {}
+    group_map: dict[str, list[str]] = {}
+
+    def walk(level: dict[Any, Any]) -> list[str]:
+        names = []
+        for key, value in level.items():
+            if isinstance(value, dict):
+                name = str(getattr(key, "group_name", None) or getattr(key, "group", None) or key)
+                groups[name] = key
+                group_map[name] = walk(value)
+            else:
+                name = str(key)
+                tasks[name] = value
+            names.append(name)
+        return names
+
+    walk(nested)
+    return {"tasks": tasks, "groups": groups, "group_map": group_map}
+
+
 def reads_task_entry_points(tasks_module: ModuleType) -> bool:
     """Whether this lm-eval finds task directories through ``lm_eval.tasks`` entry points itself.
 
@@ -89,15 +118,18 @@ def register_tasks(tasks_module: ModuleType | None = None) -> None:
     """Make every ``TaskManager`` that includes the built-in tasks include ours too.
 
     ``tasks_module`` is ``lm_eval.tasks``, which holds ``TaskManager`` in every supported release
-    (defined there up to 0.4.11, imported from ``lm_eval.tasks.manager`` since 0.4.12).
+    (defined there up to 0.4.11, imported from ``lm_eval.tasks.manager`` since 0.4.12). On 0.4.11,
+    which lacks ``TaskManager.load``, this also adds it (:func:`_flat_load`).
     """
     if tasks_module is None:
         import lm_eval.tasks
 
         tasks_module = lm_eval.tasks
+    cls = tasks_module.TaskManager
+    if not hasattr(cls, "load") and hasattr(cls, "load_task_or_group"):
+        cls.load = _flat_load  # our code (and the tests) use 0.4.12's API
     if reads_task_entry_points(tasks_module):
         return
-    cls = tasks_module.TaskManager
     if not getattr(cls.__init__, "__lm_eval_robust__", False):
         cls.__init__ = _with_our_tasks(cls.__init__)
 
