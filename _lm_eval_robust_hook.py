@@ -1,9 +1,10 @@
 """Start-up hook of lm-eval-robust, imported by ``lm_eval_robust_hook.pth``.
 
-lm-eval 0.4.13 has no plugin discovery, so this module installs a tiny import hook that does
-nothing until ``lm_eval.models`` or ``lm_eval.tasks.manager`` is imported; right after either
-finishes loading it calls ``lm_eval_robust._plugin`` to register the ``debiased_hf`` model and our
-task directory. Interpreters that never import lm_eval pay for one small import and nothing else.
+lm-eval up to 0.4.13 has no plugin discovery, so this module installs a tiny import hook that
+does nothing until ``lm_eval.models``, ``lm_eval.tasks`` or ``lm_eval.api.metrics`` is imported;
+right after one finishes loading it calls ``lm_eval_robust._plugin`` to register the
+``debiased_hf`` model, our task directory or our metrics. Interpreters that never import lm_eval
+pay for one small import and nothing else.
 Set ``LM_EVAL_ROBUST_NO_HOOK=1`` to switch it off.
 """
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-_WATCHED = ("lm_eval.models", "lm_eval.tasks.manager")
+_WATCHED = ("lm_eval.models", "lm_eval.tasks", "lm_eval.api.metrics")
 
 
 class _ThenRegister:
@@ -30,6 +31,10 @@ class _ThenRegister:
     def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
         self._name = name
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (get_resource_reader, get_source, is_package, ...) is the real loader's.
+        return getattr(self._inner, name)
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         module: ModuleType | None = self._inner.create_module(spec)

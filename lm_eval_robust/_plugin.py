@@ -1,16 +1,20 @@
 """How lm-eval finds our model, tasks and metrics.
 
-lm-eval 0.4.13 has no plugin discovery. Three routes lead here:
+The lm-eval releases we support (0.4.11 to 0.4.13) have no plugin discovery. Three routes lead
+here:
 
-* the start-up hook (``_lm_eval_robust_hook``, installed as a .pth file) calls :func:`on_import`
-  right after ``lm_eval.models`` / ``lm_eval.tasks.manager`` load, so plain ``lm_eval --model
-  debiased_hf --tasks ni065_format_pert`` works with no flags while ``--model hf`` and every
-  built-in task keep working (we register *after* the built-ins, never instead of them);
+* the start-up hook (``_lm_eval_robust_hook``, installed as a .pth file by both ``pip install .``
+  and ``pip install -e .``) calls :func:`on_import` right after ``lm_eval.models``,
+  ``lm_eval.tasks`` or ``lm_eval.api.metrics`` load, so plain ``lm_eval --model debiased_hf
+  --tasks ni065_format_pert`` works with no flags while ``--model hf`` and every built-in task
+  keep working (we register *after* the built-ins, never instead of them);
 * ``lm-eval-robust run ...`` calls :func:`register` explicitly before running the harness CLI;
 * Python users call :func:`register`, or pass ``TaskManager(include_path=task_dir())``.
 
 The entry points declared in pyproject.toml (``lm_eval.models``, ``lm_eval.tasks``, metrics and
-aggregations) are what upstream releases after 0.4.13 read; they point at the same objects.
+aggregations) have the shape of upstream's plugin guide; they point at the same objects, so a
+release that reads them finds us without the hook, and the hook then stands aside (the model is
+registered only if absent, the tasks only where the harness does not read task entry points).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 MODEL_NAME = "debiased_hf"
 MODEL_TARGET = "lm_eval_robust.model:DebiasedHFLM"
+TASKS_ENTRY_POINT_GROUP = "lm_eval.tasks"
 
 
 def task_dir() -> str:
@@ -67,13 +72,64 @@ def _with_our_tasks(init: Any) -> Any:
     return __init__
 
 
-def register_tasks(manager_module: ModuleType | None = None) -> None:
-    """Make every ``TaskManager`` that includes the built-in tasks include ours too."""
-    if manager_module is None:
-        import lm_eval.tasks.manager
+def _flat_load(self: Any, task_list: Any) -> dict[str, dict[str, Any]]:
+    """``TaskManager.load`` (lm-eval 0.4.12+) for 0.4.11, over its ``load_task_or_group``.
 
-        manager_module = lm_eval.tasks.manager
-    cls = manager_module.TaskManager
+    0.4.11 returns a nested dict (a task name -> Task, a group -> the dict of its members); this
+    flattens it into 0.4.12's ``{"tasks": {name: Task}, "groups": {name: group}, "group_map":
+    {group: [member names]}}``.
+    """
+    nested = self.load_task_or_group(task_list)
+    tasks: dict[str, Any] = {}
+    groups: dict[str, Any] = {}
+    group_map: dict[str, list[str]] = {}
+
+    def walk(level: dict[Any, Any]) -> list[str]:
+        names = []
+        for key, value in level.items():
+            if isinstance(value, dict):
+                name = str(getattr(key, "group_name", None) or getattr(key, "group", None) or key)
+                groups[name] = key
+                group_map[name] = walk(value)
+            else:
+                name = str(key)
+                tasks[name] = value
+            names.append(name)
+        return names
+
+    walk(nested)
+    return {"tasks": tasks, "groups": groups, "group_map": group_map}
+
+
+def reads_task_entry_points(tasks_module: ModuleType) -> bool:
+    """Whether this lm-eval finds task directories through ``lm_eval.tasks`` entry points itself.
+
+    No release does yet; upstream's proposal (lm-evaluation-harness PR #4015) names the group in
+    ``lm_eval.tasks.manager.TASKS_ENTRY_POINT_GROUP``. Adding our directory again there would
+    index every task twice (one override warning each).
+    """
+    for module in (tasks_module, getattr(tasks_module, "manager", None)):
+        if getattr(module, "TASKS_ENTRY_POINT_GROUP", None) == TASKS_ENTRY_POINT_GROUP:
+            return True
+    return False
+
+
+def register_tasks(tasks_module: ModuleType | None = None) -> None:
+    """Make every ``TaskManager`` that includes the built-in tasks include ours too.
+
+    ``tasks_module`` is ``lm_eval.tasks``, which holds ``TaskManager`` in every supported release
+    (defined there up to 0.4.11, imported from ``lm_eval.tasks.manager`` since 0.4.12). On 0.4.11,
+    which lacks ``TaskManager.load``, this also adds it (:func:`_flat_load`).
+    """
+    if tasks_module is None:
+        import lm_eval.tasks
+
+        tasks_module = lm_eval.tasks
+    cls = tasks_module.TaskManager
+    if not hasattr(cls, "load") and hasattr(cls, "load_task_or_group"):
+        cls.load = _flat_load  # our code (and the tests) use 0.4.12's API
+    if reads_task_entry_points(tasks_module):
+        return
     if not getattr(cls.__init__, "__lm_eval_robust__", False):
         cls.__init__ = _with_our_tasks(cls.__init__)
     from lm_eval_robust import harness_logs
@@ -117,10 +173,16 @@ def install_excepthook() -> None:
     sys.excepthook = hook
 
 
+def register_metrics() -> None:
+    """Register our metrics and aggregations through lm-eval's decorators (idempotent)."""
+    import lm_eval_robust.harness_metrics  # noqa: F401  (registers on first import)
+
+
 def register() -> None:
-    """Register the model and the tasks with an imported lm-eval."""
+    """Register the model, the tasks and the metrics with an imported lm-eval."""
     register_model()
     register_tasks()
+    register_metrics()
     install_excepthook()
 
 
@@ -128,6 +190,8 @@ def on_import(name: str, module: ModuleType) -> None:
     """Called by the start-up hook right after a watched lm-eval module has loaded."""
     if name == "lm_eval.models":
         register_model()
-    elif name == "lm_eval.tasks.manager":
+    elif name == "lm_eval.tasks":
         register_tasks(module)
+    elif name == "lm_eval.api.metrics":
+        register_metrics()
     install_excepthook()

@@ -79,7 +79,7 @@ def test_plain_lm_eval_prints_one_line_for_our_errors(tiny_model_dir: Path, data
             "--tasks",
             "ni065_format_pert",
             "--metadata",
-            "n_perturbations=0",
+            '{"n_perturbations": 0}',  # JSON: lm-eval 0.4.11 reads no key=value here
         ],
         capture_output=True,
         text=True,
