@@ -361,7 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dry_run and not data_dir.is_dir():
         print(f"run_docs: data folder {data_dir} does not exist (--data-dir)", file=sys.stderr)
         return 2
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="run_docs_")).resolve()
+    if args.workdir:
+        workdir = Path(args.workdir).resolve()
+    elif args.dry_run:
+        workdir = Path(tempfile.gettempdir()) / "run_docs_<new>"
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="run_docs_")).resolve()
     env = environment(data_dir)
     if not args.dry_run:
         workdir.mkdir(parents=True, exist_ok=True)
