@@ -132,6 +132,12 @@ def plot_certification(report: Report, path: Path) -> Path:
                 _say_why_empty(ax, _certificate_reason(report))
         axes[0].set_ylabel("tasks")
         title = f"Effect of debiasing on certification (vs {report.pairs[0].base})"
+    elif len(report.tasks) <= FEW_TASKS:
+        fig.set_size_inches(12, 1.6 + 0.35 * len(report.tasks))
+        for ax, name in zip(axes, names, strict=True):
+            _per_task_bars(ax, report, name)
+        axes[0].set_yticks(range(len(report.tasks)), [t.task for t in report.tasks], fontsize=8)
+        title = "Certification per task"
     else:
         for ax, name in zip(axes, names, strict=True):
             v = np.array([t.metrics[name].value for t in report.tasks], dtype=float)
@@ -146,6 +152,32 @@ def plot_certification(report: Report, path: Path) -> Path:
     fig.suptitle(title)
     fig.savefig(path)
     return path
+
+
+#: up to this many tasks a run's certification is shown per task rather than as a histogram
+FEW_TASKS = 12
+
+
+def _per_task_bars(ax: Axes, report: Report, name: str) -> None:
+    """One bar per task with its value written beside it (``n/a`` where not computable)."""
+    v = np.array([t.metrics[name].value for t in report.tasks], dtype=float)
+    y = np.arange(len(v))
+    ax.barh(y, np.nan_to_num(v), color=BEFORE, alpha=0.8)
+    for yi, vi in zip(y, v, strict=True):
+        ax.text(
+            (vi if math.isfinite(vi) else 0) + 1.5,
+            float(yi),
+            f"{vi:.1f} %" if math.isfinite(vi) else "n/a",
+            va="center",
+            fontsize=8,
+        )
+    ax.set_xlim(0, 110)
+    ax.set_ylim(-0.6, len(v) - 0.4)
+    ax.invert_yaxis()
+    ax.set_yticks(y, [""] * len(v))
+    ax.set_xlabel(f"{LABELS[name]} (%)")
+    if not np.isfinite(v).any():
+        _say_why_empty(ax, _certificate_reason(report))
 
 
 def _certificate_reason(report: Report) -> str:
