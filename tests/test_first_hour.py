@@ -147,7 +147,11 @@ def test_harness_reports_the_shots_in_the_prompt(data_dir: Path) -> None:
     )
     task = tm.load(["ni065_format_pert"])["tasks"]["ni065_format_pert"]
     assert task.get_config("num_fewshot") == 0  # the harness adds no demonstrations
-    assert task.dump_config()["num_fewshot"] == 1  # the table's n-shot column
+    # the table's n-shot column: the shots the docs were built with (0.4.11 keeps the YAML's
+    # metadata in the task config and builds the docs from it; later releases merge ours)
+    shots = int(task.config.metadata["n_shots"])
+    assert shots in (1, 2)
+    assert task.dump_config()["num_fewshot"] == shots
     prompt = task.doc_to_text(task.eval_docs[0])
     assert isinstance(prompt, str) and prompt
 
