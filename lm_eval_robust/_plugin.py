@@ -21,24 +21,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from lm_eval_robust.task_files import task_dir
+
+__all__ = ["register", "task_dir"]
 
 MODEL_NAME = "debiased_hf"
 MODEL_TARGET = "lm_eval_robust.model:DebiasedHFLM"
 TASKS_ENTRY_POINT_GROUP = "lm_eval.tasks"
-
-
-def task_dir() -> str:
-    """Directory holding our task YAMLs (installed as ``lm_eval_robust/task_yamls``)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "task_yamls", here.parent / "task_yamls"):
-        if (candidate / "_ni_yaml").is_file():
-            return str(candidate)
-    raise FileNotFoundError(
-        "lm-eval-robust: task YAML directory not found; reinstall with `pip install lm-eval-robust`"
-    )
 
 
 def register_model() -> None:

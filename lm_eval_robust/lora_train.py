@@ -132,7 +132,7 @@ def train_rows(lm: Any, task: str, metadata: Mapping[str, Any]) -> list[TrainRow
     """
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_robust._plugin import task_dir
+    from lm_eval_robust.task_files import task_dir
 
     tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata=dict(metadata))
     try:

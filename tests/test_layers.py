@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.atomic",
             "lm_eval_robust.validate",
             "lm_eval_robust.offline_models",
+            "lm_eval_robust.task_files",
         ),
     ),
     (
@@ -48,10 +49,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "lm_eval_robust.tasks.yamls",
             "lm_eval_robust.generation.yamls",
-            "lm_eval_robust._plugin",
-            "lm_eval_robust.harness_logs",
-            "lm_eval_robust",
-            "_lm_eval_robust_hook",
         ),
     ),
     (
@@ -91,6 +88,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.fit.clean_cal",
             "lm_eval_robust.fit.measure",
             "lm_eval_robust.fit.run",
+        ),
+    ),
+    (
+        "registration",
+        (
+            "lm_eval_robust.harness_logs",
+            "lm_eval_robust.harness_metrics",
+            "lm_eval_robust._plugin",
+            "lm_eval_robust",
+            "_lm_eval_robust_hook",
         ),
     ),
     (
