@@ -106,7 +106,8 @@ def main() -> None:
     if args.out:
         cmd = (
             f"python benchmarks/bench_envelope.py --pretrained {args.pretrained} --task "
-            f"{args.task} --metadata '{args.metadata}' --limit {args.limit} --dtype {args.dtype}"
+            f"{args.task} --metadata '{args.metadata}' --limit {args.limit} --dtype {args.dtype} "
+            f"--variants {args.variants} --pairs {args.pairs}"
         )
         lines = [
             f"\n## Envelope: {args.task} on {args.pretrained} ({dtype}): {n_docs} prompts, "
