@@ -12,7 +12,6 @@ through unchanged.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.validate import nearest
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +148,10 @@ def check_pretrained_name(name: str) -> None:
     if path.exists():
         return
     aliases = ", ".join(OFFLINE_MODELS)
-    close = difflib.get_close_matches(name.lower(), list(OFFLINE_MODELS), n=1, cutoff=0.75)
+    close = nearest(name.lower(), OFFLINE_MODELS, cutoff=0.75)
     if close and not _in_hub_cache(name):
         raise UserError(
-            f"pretrained={name} is not a model folder nor an alias; did you mean {close[0]}? "
+            f"pretrained={name} is not a model folder nor an alias; did you mean {close}? "
             f"(aliases: {aliases})"
         )
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name

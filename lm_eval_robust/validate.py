@@ -33,9 +33,9 @@ def parse_bool(value: Any, name: str, error: type[UserError] = UserError) -> boo
     raise error(f"{name}={value!r} is not a boolean; use {name}=true or {name}=false")
 
 
-def nearest(word: str, choices: Iterable[str]) -> str | None:
-    """The closest of ``choices`` to ``word`` (None when nothing is reasonably close)."""
-    found = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+def nearest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The closest of ``choices`` to ``word`` (None when nothing is within ``cutoff``)."""
+    found = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=cutoff)
     return found[0] if found else None
 
 
