@@ -170,11 +170,48 @@ def register_metrics() -> None:
     import lm_eval_robust.harness_metrics  # noqa: F401  (registers on first import)
 
 
+def _with_our_stderr(original: Any) -> Any:
+    @functools.wraps(original)
+    def stderr_for_metric(metric: Any, bootstrap_iters: int) -> Any:
+        from lm_eval_robust.metrics import stderr
+
+        name = stderr.metric_of(metric)
+        if name is None or bootstrap_iters <= 0:
+            return original(metric, bootstrap_iters)
+        return stderr.stderr_for(name, bootstrap_iters)
+
+    stderr_for_metric.__lm_eval_robust__ = True  # type: ignore[attr-defined]
+    return stderr_for_metric
+
+
+def install_stderr(metrics_module: ModuleType | None = None) -> None:
+    """Give our aggregations a clustered bootstrap standard error in lm-eval's results.
+
+    lm-eval asks ``stderr_for_metric`` for every metric and writes ``"N/A"`` for any aggregation
+    it does not know; the wrapper answers for ours (:mod:`lm_eval_robust.metrics.stderr`) and
+    leaves every other metric to lm-eval. ``lm_eval.evaluator_utils`` imports the function by
+    name, so it is replaced there too when that module is already loaded.
+    """
+    import sys
+
+    if metrics_module is None:
+        import lm_eval.api.metrics
+
+        metrics_module = lm_eval.api.metrics
+    modules = [metrics_module, sys.modules.get("lm_eval.evaluator_utils")]
+    for module in modules:
+        current = getattr(module, "stderr_for_metric", None)
+        if current is None or getattr(current, "__lm_eval_robust__", False):
+            continue
+        module.stderr_for_metric = _with_our_stderr(current)  # type: ignore[union-attr]
+
+
 def register() -> None:
     """Register the model, the tasks and the metrics with an imported lm-eval."""
     register_model()
     register_tasks()
     register_metrics()
+    install_stderr()
     install_excepthook()
 
 
@@ -186,4 +223,5 @@ def on_import(name: str, module: ModuleType) -> None:
         register_tasks(module)
     elif name == "lm_eval.api.metrics":
         register_metrics()
+        install_stderr(module)
     install_excepthook()

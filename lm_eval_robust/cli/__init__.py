@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "fold a correction into the output layer: a normal HF checkpoint"),
     "replay": ("replay", "apply corrections to a logged run, without the model"),
     "report": ("report", "robustness tables, paired comparisons and plots of runs"),
+    "leaderboard": ("leaderboard", "one row per model over runs of several models"),
     "plan": ("plan", "examples needed before an effect is significant, from a pilot run"),
     "select": ("select", "the paper's target-task filters over a run"),
     "lora": ("lora", "train LoRA baseline adapters on tasks' _train prompts"),

@@ -48,6 +48,7 @@ PROTOCOL_KEYS: tuple[str, ...] = (
     "text_rate",
     "text_kinds",
     "text_scope",
+    "design",
 )
 _DEFAULTS: dict[str, Any] = {
     "n_examples": 200,
@@ -59,6 +60,7 @@ _DEFAULTS: dict[str, Any] = {
     "text_rate": 0.05,
     "text_kinds": ("zero_width", "confusable", "markup", "typo"),
     "text_scope": "all",
+    "design": "nested",
 }
 
 
@@ -230,6 +232,9 @@ def _read_samples(
             key = (str(item["example_id"]), int(item["pert_id"]))
             items[key] = item
             doc = sample.get("doc") or {}
+            if "variant" not in item and doc:  # runs logged before items named their variant
+                fmt = doc.get("format_id") if doc.get("kind") == "format" else doc.get("pert_kind")
+                item["variant"] = str(fmt)
             kinds.add(str(doc.get("kind", "")))
             splits.add(str(doc.get("split", "")))
             if sample.get("doc_hash") is not None:

@@ -284,6 +284,13 @@ def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[
         if kind == "format"
         else []
     )
+    crossed = config.design == "crossed"
+    if crossed and kind == "format" and k > len(pool):
+        raise TaskConfigError(
+            f"{spec.short}: design=crossed gives every example the same {k} formats, but the "
+            f"{split} split has {len(pool)}; lower n_perturbations to {len(pool)} or raise "
+            "format_pool"
+        )
     rounds: list[list[dict[str, Any]]] = [[] for _ in range(k + 1)]
     for ex in examples:
         clean_segs, clean_labels = build_prompt(data, spec.clean_format, ex)
@@ -299,8 +306,9 @@ def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[
             _doc(base, spec, 0, "clean", spec.clean_format.format_id, clean_segs, clean_labels)
         )
         if kind == "format":
+            who: tuple[object, ...] = () if crossed else (ex.id,)
             schedule = _format_schedule(
-                pool, k, ("format-schedule", spec.short, config.seed, split, ex.id)
+                pool, k, ("format-schedule", spec.short, config.seed, split, *who)
             )
             for j, fmt in enumerate(schedule, start=1):
                 segs, labels = build_prompt(data, fmt, ex)
@@ -309,7 +317,10 @@ def build_docs(task: str, kind: str, split: str, config: NIConfig) -> list[dict[
             assert text_cfg is not None
             for j in range(1, k + 1):
                 rng = seeded_rng("text", spec.short, config.seed, split, ex.id, j)
-                segs, pkind = perturb_segments(clean_segs, text_cfg, rng)
+                cfg = text_cfg
+                if crossed:  # the j-th perturbation is of the same kind for every example
+                    cfg = replace(text_cfg, kinds=(text_cfg.kinds[(j - 1) % len(text_cfg.kinds)],))
+                segs, pkind = perturb_segments(clean_segs, cfg, rng)
                 rounds[j].append(
                     _doc(base, spec, j, pkind, spec.clean_format.format_id, segs, clean_labels)
                 )
@@ -367,6 +378,9 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
         "tied": sum(v == lls[pred] for v in lls) > 1,  # scored 1/k by the metrics (ties.py)
         "margin": margin,
         "ll": lls,
+        # the format (format perturbations) or text-perturbation kind of the doc: per-variant
+        # accuracy and its spread (metrics.robustness)
+        "variant": str(doc["format_id"] if doc["kind"] == "format" else doc["pert_kind"]),
     }
     keys = METRICS_CLEAN if doc["kind"] == "clean" else METRICS_PERT
     return {k: item for k in keys}
@@ -390,6 +404,12 @@ METRICS_PERT: tuple[str, ...] = (
     "auc_clean",
     "auc_pert",
     "tie_share",
+    "bac_worst",
+    "consistency",
+    "fmt_best",
+    "fmt_worst",
+    "fmt_median",
+    "fmt_spread",
     "p_cert_h",
     "p_cert_c",
     "pop_cert_h",

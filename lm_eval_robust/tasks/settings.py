@@ -78,6 +78,12 @@ class TaskConfigError(UserError):
 #: whose prompts are not in that style.
 PROMPT_STYLES: tuple[str, ...] = ("auto", "plain", "chat")
 
+#: ``nested``: each example gets its own seeded draw of perturbations (the paper's design);
+#: ``crossed``: every example of a split gets the same perturbations (the same formats, in the
+#: same order; text perturbation ``j`` of every example is of kind ``text_kinds[(j-1) % n]``), so
+#: the accuracy of one format or kind is over the same examples as every other's.
+DESIGNS: tuple[str, ...] = ("nested", "crossed")
+
 
 @dataclass(frozen=True)
 class NIConfig:
@@ -93,6 +99,7 @@ class NIConfig:
     text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
     text_scope: str = "all"
     prompt_style: str = "auto"
+    design: str = "nested"
     data_dir: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -110,6 +117,14 @@ class NIConfig:
             raise TaskConfigError(
                 f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}"
             )
+        design = str(md.get("design", cls.design)).strip().lower()
+        if design not in DESIGNS:
+            near = nearest(design, DESIGNS)
+            hint = f"did you mean {near!r}? " if near else ""
+            raise TaskConfigError(
+                f"unknown design {design!r}; {hint}use one of {', '.join(DESIGNS)} "
+                "(e.g. --metadata design=crossed)"
+            )
         data_dir = md.get("data_dir")
         return cls(
             n_examples=as_int("n_examples", 3),
@@ -121,6 +136,7 @@ class NIConfig:
             text_kinds=kinds,
             text_scope=scope,
             prompt_style=style,
+            design=design,
             data_dir=str(data_dir) if data_dir not in (None, "") else None,
         )
 

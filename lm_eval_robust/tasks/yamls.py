@@ -34,6 +34,7 @@ metric_list:
   text_rate: 0.05
   text_scope: all
   prompt_style: auto
+  design: nested
 """
 
 _METRIC = """  - metric: {name}
@@ -42,7 +43,9 @@ _METRIC = """  - metric: {name}
 """
 _CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
 
-_LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share"}
+_ROBUSTNESS = {"bac_worst", "consistency", "fmt_best", "fmt_worst", "fmt_median", "fmt_spread"}
+
+_LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share", "fmt_spread"}
 
 _VARIANT = """include: {template}
 task: {name}
@@ -53,11 +56,97 @@ task: {name}
 """
 
 
+#: the leaderboard preset (``--tasks ni_leaderboard``): its settings and the metrics its groups
+#: average over the ten tasks (docs/leaderboard.md states the cost and the intervals)
+LEADERBOARD_GROUP = "ni_leaderboard"
+LEADERBOARD_SETTINGS: dict[str, object] = {
+    "n_examples": 100,
+    "n_perturbations": 8,
+    "design": "crossed",
+    "text_scope": "query",
+}
+LEADERBOARD_METRICS: tuple[str, ...] = (
+    "bac_clean",
+    "bac_pert",
+    "delta_drop",
+    "bac_worst",
+    "consistency",
+    "fmt_best",
+    "fmt_worst",
+    "fmt_median",
+    "fmt_spread",
+    "maj_share_clean",
+    "tie_share",
+    "p_cert_h",
+)
+
+_LB_VARIANT = """include: _ni_yaml
+task: {name}
+dataset_kwargs:
+  lmer_task: {short}
+  lmer_kind: {kind}
+  lmer_split: test
+metadata:
+  version: 1.0
+  n_examples: {n_examples}
+  n_perturbations: {n_perturbations}
+  n_shots: 2
+  seed: 1234
+  format_pool: 200
+  text_rate: 0.05
+  text_scope: {text_scope}
+  prompt_style: auto
+  design: {design}
+"""
+
+_LB_GROUP = """group: {group}
+task:
+{tasks}aggregate_metric_list:
+{metrics}metadata:
+  version: 1.0
+"""
+
+
+def _leaderboard_yamls() -> dict[str, str]:
+    """The preset: a task per NI task and kind, a group per kind, and the group of both."""
+    files: dict[str, str] = {}
+    subgroups = []
+    for kind in ("format", "text"):
+        members = []
+        for short in TASK_ORDER:
+            name = f"{short}_{kind}_lb"
+            members.append(name)
+            files[f"{name}.yaml"] = HEADER + _LB_VARIANT.format(
+                name=name, short=short, kind=kind, **LEADERBOARD_SETTINGS
+            )
+        group = f"{LEADERBOARD_GROUP}_{kind}"
+        subgroups.append(group)
+        files[f"{group}.yaml"] = HEADER + _LB_GROUP.format(
+            group=group,
+            tasks="".join(f"  - {m}\n" for m in members),
+            metrics="".join(
+                f"  - metric: {m}\n    aggregation: mean\n    weight_by_size: false\n"
+                for m in LEADERBOARD_METRICS
+            ),
+        )
+    files[f"{LEADERBOARD_GROUP}.yaml"] = (
+        HEADER
+        + f"group: {LEADERBOARD_GROUP}\ntask:\n"
+        + "".join(f"  - {g}\n" for g in subgroups)
+        + "metadata:\n  version: 1.0\n"
+    )
+    return files
+
+
 def _metrics(names: tuple[str, ...]) -> str:
     return "".join(
         _METRIC.format(
             name=n,
-            module="certify" if n in _CERTIFY else "classification",
+            module="certify"
+            if n in _CERTIFY
+            else "robustness"
+            if n in _ROBUSTNESS
+            else "classification",
             hib="false" if n in _LOWER_IS_BETTER else "true",
         )
         for n in names
@@ -87,6 +176,7 @@ def render_yamls() -> dict[str, str]:
                     kind=kind,
                     split=split,
                 )
+    files.update(_leaderboard_yamls())
     from lm_eval_robust.generation.yamls import render_gen_yamls
 
     files.update(render_gen_yamls(HEADER))

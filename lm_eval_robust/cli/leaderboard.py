@@ -1,0 +1,82 @@
+"""``lm-eval-robust leaderboard RUN [RUN ...]``: one row per model, with robustness columns.
+
+Each RUN is one model's ``lm_eval --output_path OUT --log_samples`` folder (e.g. of the preset
+``--tasks ni_leaderboard``). Writes leaderboard.md, leaderboard.csv, leaderboard.json and two PNGs
+into OUTDIR and prints the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.errors import UserError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = CommandParser(
+        "leaderboard",
+        "One row per model over runs of several models (lm_eval --output_path OUT "
+        "--log_samples, one folder per model): clean, perturbed and worst-case BAC, δ_drop, "
+        "per-format best/median/worst/spread, consistency, certified and tied shares, each with "
+        "a clustered BCa interval.",
+        f"{PROG} leaderboard runs/gemma runs/qwen --labels gemma,qwen -o leaderboard/",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="one run folder per model")
+    p.add_argument("--labels", default=None, help="comma-separated model names, one per run")
+    p.add_argument("-o", "--out", default="leaderboard", help="output folder")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--confidence", type=float, default=0.95, help="CI level")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--no_plots", action="store_true", help="skip the PNG figures")
+    p.add_argument("--quiet", action="store_true", help="do not print the Markdown")
+    return p
+
+
+def run_leaderboard(args: argparse.Namespace) -> str:
+    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+    from lm_eval_robust.report.leaderboard import build_leaderboard, to_csv, to_json, to_markdown
+    from lm_eval_robust.report.pairing import label_runs
+
+    if args.resamples < 100:
+        raise UserError(f"--resamples must be at least 100; got {args.resamples}")
+    if not 0.5 <= args.confidence < 1.0:
+        raise UserError(f"--confidence must be in [0.5, 1); got {args.confidence}")
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    runs = label_runs(args.runs, labels)
+    lb = build_leaderboard(runs, args.resamples, args.confidence, args.seed)
+    markdown = to_markdown(lb)
+    with StagedDir() as stage:
+        out = stage.open(Path(args.out), "leaderboard")
+        (out / "leaderboard.md").write_text(markdown, encoding="utf-8")
+        (out / "leaderboard.csv").write_text(to_csv(lb), encoding="utf-8")
+        (out / "leaderboard.json").write_text(to_json(lb), encoding="utf-8")
+        if not args.no_plots:
+            from lm_eval_robust.report.leaderboard_plots import write_leaderboard_plots
+
+            write_leaderboard_plots(lb, out)
+        stage.commit(out / "leaderboard.md")
+    return markdown
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        markdown = run_leaderboard(args)
+    except UserError as exc:
+        print(f"lm-eval-robust leaderboard: error: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(markdown)
+    print(f"\nwrote {Path(args.out) / 'leaderboard.md'} (+ .csv, .json, PNGs)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

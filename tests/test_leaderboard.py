@@ -1,0 +1,134 @@
+"""``lm-eval-robust leaderboard``: one row per model over runs of several models."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lm_eval_robust.cli import main as cli_main
+from lm_eval_robust.report.leaderboard import MEAN, build_leaderboard, to_markdown
+from lm_eval_robust.report.pairing import label_runs
+
+STAMP = "2025-01-01T00-00-00.000001"
+
+
+def _sample(task: str, ex: str, pid: int, gold: int, ll: list[float], fmt: str) -> dict:
+    item = {
+        "task": task.split("_")[0],
+        "example_id": ex,
+        "pert_id": pid,
+        "gold": gold,
+        "pred": int(np.argmax(ll)),
+        "ll": ll,
+    }
+    doc = {"task": item["task"], "kind": "format", "split": "test", "example_id": ex}
+    doc |= {"gold": gold, "pert_id": pid, "format_id": "clean" if pid == 0 else fmt}
+    # the per-doc value names no variant: older runs; the reader takes it from the doc
+    return {"doc_id": 0, "doc": doc, "bac_clean": item, "bac_pert": item}
+
+
+def _task(task: str, n: int, skill: float, seed: int) -> list[dict]:
+    """``n`` examples x (clean + 4 formats); format f3 is hard; ``skill`` sets the margins."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(n):
+        gold = e % 2
+        for pid in range(5):
+            fmt = f"f{pid}"
+            margin = skill + rng.normal(scale=1.0) - (1.5 if fmt == "f3" else 0.0)
+            ll = [0.0, 0.0]
+            ll[1 - gold] = -margin
+            out.append(_sample(task, f"e{e}", pid, gold, ll, fmt))
+    return out
+
+
+def _write_run(root: Path, model: str, skill: float) -> Path:
+    folder = root / model / "model"
+    folder.mkdir(parents=True)
+    tasks = {
+        t: _task(t, 24, skill, seed=i) for i, t in enumerate(("ni065_format_lb", "ni220_format_lb"))
+    }
+    configs = {
+        t: {
+            "task": t,
+            "dataset_kwargs": {"lmer_task": t.split("_")[0], "lmer_kind": "format"},
+            "metadata": {"n_examples": 70, "n_perturbations": 4, "design": "crossed"},
+        }
+        for t in tasks
+    }
+    results = {"results": {t: {} for t in tasks}, "configs": configs, "config": {}}
+    (folder / f"results_{STAMP}.json").write_text(json.dumps(results))
+    for t, lines in tasks.items():
+        (folder / f"samples_{t}_{STAMP}.jsonl").write_text(
+            "".join(json.dumps(s) + "\n" for s in lines)
+        )
+    return root / model
+
+
+def test_one_row_per_model_with_means_and_intervals(tmp_path: Path) -> None:
+    weak = _write_run(tmp_path, "weak", skill=0.3)
+    strong = _write_run(tmp_path, "strong", skill=2.0)
+    lb = build_leaderboard(label_runs([weak, strong], None), n_resamples=500)
+    assert lb.models == ("weak", "strong") and lb.kinds == ("format",)
+    for model in lb.models:
+        mean = lb.row(model, "format")
+        tasks = [r for r in lb.rows if r.model == model and r.task != MEAN]
+        assert mean is not None and mean.n_tasks == 2 and mean.n_examples == 48
+        for name in ("bac_clean", "bac_pert", "bac_worst", "consistency", "fmt_spread"):
+            avg = np.mean([r.cells[name].value for r in tasks])
+            assert mean.cells[name].value == pytest.approx(avg), name
+        for name in ("bac_pert", "delta_drop", "consistency"):
+            c = mean.cells[name]
+            assert c.low <= c.value <= c.high, name
+        # the hard format is the worst variant of every task
+        for r in tasks:
+            assert min(r.variants, key=r.variants.__getitem__) == "f3"
+            assert r.cells["fmt_worst"].value == pytest.approx(r.variants["f3"])
+        # a mean over two tasks' examples is tighter than either task alone
+        width = mean.cells["bac_pert"].high - mean.cells["bac_pert"].low
+        assert all(width < r.cells["bac_pert"].high - r.cells["bac_pert"].low for r in tasks)
+    strong_row, weak_row = lb.row("strong", "format"), lb.row("weak", "format")
+    assert strong_row is not None and weak_row is not None
+    assert strong_row.cells["bac_pert"].value > weak_row.cells["bac_pert"].value
+    worst = strong_row.cells["bac_worst"]
+    assert worst.low <= worst.value <= worst.high <= strong_row.cells["bac_pert"].high
+    assert weak_row.cells["bac_worst"].value < worst.value
+    md = to_markdown(lb)
+    table = md.split("## format perturbations")[1]
+    assert table.index("| strong |") < table.index("| weak |")  # ranked by perturbed BAC
+
+
+def test_cli_writes_markdown_csv_json_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = [_write_run(tmp_path, m, s) for m, s in (("a", 0.5), ("b", 1.5))]
+    out = tmp_path / "lb"
+    rc = cli_main(["leaderboard", *map(str, runs), "-o", str(out), "--resamples", "200"])
+    assert rc == 0
+    assert "# Robustness leaderboard" in capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO((out / "leaderboard.csv").read_text())))
+    means = [r for r in rows if r["task"] == MEAN]
+    assert {r["model"] for r in means} == {"a", "b"}
+    assert all(float(r["bac_pert_low"]) <= float(r["bac_pert"]) for r in means)
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert doc["designs"] == {"ni065_format_lb": "crossed", "ni220_format_lb": "crossed"}
+    first = next(r for r in doc["rows"] if r["task"] != MEAN)
+    assert set(first["variant_bac"]) == {"f1", "f2", "f3", "f4"}
+    for png in ("leaderboard_bac.png", "leaderboard_variants.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_a_run_without_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _write_run(tmp_path, "a", 1.0)
+    for f in run.rglob("samples_*"):
+        f.unlink()
+    rc = cli_main(["leaderboard", str(run), "-o", str(tmp_path / "lb")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--log_samples" in err[0]
