@@ -88,6 +88,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.fit.clean_cal",
             "lm_eval_robust.fit.measure",
             "lm_eval_robust.fit.run",
+            "lm_eval_robust.fit.auto",
         ),
     ),
     (
