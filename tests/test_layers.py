@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.prefix_cache",
             "lm_eval_robust.generation.layers",
             "lm_eval_robust.generation.fit",
+            "lm_eval_robust.generation.select",
             "lm_eval_robust.model",
             "lm_eval_robust.export",
         ),
