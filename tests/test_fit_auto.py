@@ -297,3 +297,34 @@ def test_cli_refuses_a_margin_without_auto(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--method auto" in err
     assert not (tmp_path / "c.safetensors").exists()
+
+
+def test_export_of_the_identity_correction_changes_no_logit(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lm_eval_robust.cli import main
+    from lm_eval_robust.correction import Correction, model_fingerprint
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    corr = Correction(
+        method="none",
+        W=None,
+        beta=np.zeros(2),
+        label_token_ids=[11, 17],
+        labels=["a", "b"],
+        task="ni322_text_pert",
+        fingerprint=model_fingerprint(model, tok),
+    )
+    cpath = save(corr, tmp_path / "none.safetensors")
+    out = tmp_path / "out"
+    argv = ["export", "--pretrained", str(tiny_model_dir), "--correction", str(cpath)]
+    assert main([*argv, "-o", str(out)]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    inps = torch.randint(3, 200, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(inps).logits, model(inps).logits)
+    assert not (out / "modeling_lm_eval_robust.py").exists()  # no bias needed: nothing to add
+    assert json.loads((out / "lm_eval_robust_export.json").read_text())["method"] == "none"
