@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.prefix_cache",
             "lm_eval_robust.generation.layers",
             "lm_eval_robust.generation.fit",
+            "lm_eval_robust.generation.select",
             "lm_eval_robust.model",
             "lm_eval_robust.export",
         ),
@@ -90,6 +91,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.fit.clean_cal",
             "lm_eval_robust.fit.measure",
             "lm_eval_robust.fit.run",
+            "lm_eval_robust.fit.auto",
         ),
     ),
     (

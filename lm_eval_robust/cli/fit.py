@@ -50,10 +50,23 @@ def build_parser() -> CommandParser:
             "batch_calibration",
             "contextual_calibration",
             "clean_calibration",
+            "auto",
         ],
         default="ridge",
-        help="how the correction is fitted",
+        help="how the correction is fitted; auto: the kind chosen by grouped CV on the train "
+        "split (docs/commands.md)",
     )
+    p.add_argument(
+        "--clean_margin",
+        type=float,
+        default=None,
+        help="--method auto: how far (BAC, 0.01 = one point) a kind's held-out clean BAC may fall "
+        "below no correction's and still be chosen (default 0.01)",
+    )
+    p.add_argument(
+        "--auto_folds", type=int, default=5, help="--method auto: grouped CV folds (default 5)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="--method auto: seed of the fold assignment")
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
     p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
     p.add_argument("--psi", choices=["linear", "norm"], default="linear", help="ridge features ψ")
@@ -136,8 +149,12 @@ def _fit_one(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
     if args.method == "contextual_calibration":  # needs the model, not collected features
         return _fit_contextual(key, args, out)
+    if args.clean_margin is not None and args.method != "auto":
+        raise UserError(
+            "--clean_margin is a setting of --method auto; drop it or add --method auto"
+        )
     settings = FitSettings(
-        method=args.method,
+        method="ridge" if args.method == "auto" else args.method,
         lam=number_or_auto("--lam", args.lam, minimum=0.0),
         alpha=number_or_auto("--alpha", args.alpha, minimum=0.0),
         psi=args.psi,
@@ -173,12 +190,44 @@ def _fit_one(args: argparse.Namespace) -> int:
                 json.dumps({"task": key, "method": "constant", "b": None, "reason": search.reason})
             )
             return 0
+    if args.method == "auto":
+        return _fit_auto(feats, settings, args, out)
     correction = fit_features(feats, settings)
     save(correction, out)
     summary = {"task": correction.task, **fit_summary(correction)}
     summary.pop("n_examples", None)
     if correction.stats.get("b") is not None:
         summary["b"] = correction.stats["b"]
+    summary["out"] = str(out)
+    print(json.dumps(summary))
+    return 0
+
+
+def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> int:
+    """``--method auto``: grouped CV on train, the chosen kind refitted and saved with its table."""
+    import json
+
+    from lm_eval_robust.correction import fit_summary, save
+    from lm_eval_robust.fit.auto import DEFAULT_CLEAN_MARGIN, AutoSettings, auto_fit
+
+    margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else args.clean_margin
+    auto = AutoSettings(n_folds=args.auto_folds, seed=args.seed, clean_margin=margin, fit=settings)
+    correction = auto_fit(feats, auto)
+    save(correction, out)
+    info = correction.stats["auto"]
+    fitted = {k: v for k, v in fit_summary(correction).items() if k not in ("method", "n_examples")}
+    summary: dict[str, Any] = {"task": correction.task, "method": "auto", "chosen": info["chosen"]}
+    if info["chosen"] == "none":
+        summary["note"] = (
+            "no correction kind beat none on the held-out train folds: the file is an identity "
+            "correction (applying it changes nothing)"
+        )
+    summary |= fitted
+    # mean held-out [clean BAC, perturbed BAC] per kind (null: not cross-validated)
+    summary["cv"] = {
+        r["method"]: None if r["skipped"] else [r["bac_clean"], r["bac_pert"]]
+        for r in info["table"]
+    }
     summary["out"] = str(out)
     print(json.dumps(summary))
     return 0

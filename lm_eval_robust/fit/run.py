@@ -60,35 +60,50 @@ class FitSettings:
             raise UserError(f"alpha must be a number >= 0 or 'auto', got {self.alpha}")
 
 
-def fit_features(feats: Features, settings: FitSettings) -> Correction:
-    """Fit a correction on one task's train features."""
+def correction_identity(feats: Features) -> dict[str, Any]:
+    """What every correction kind records about where it belongs: label token ids, labels, task
+    key, the model's fingerprint and the fit's first statistics (``stats`` keeps growing)."""
     spec = get_spec(feats.task.split("_")[0])
     p = feats.paired()
-    f = p.f
     clean_rows = feats.clean
     label_ids = [int(t) for t in feats.label_token_ids[np.argmax(clean_rows)]]
     if spec.is_multiple_choice:
-        labels = [f"option {i + 1}" for i in range(f.shape[1])]
+        labels = [f"option {i + 1}" for i in range(p.f.shape[1])]
     else:
         labels = list(spec.labels)
     stats: dict[str, Any] = {
         "n_examples": len(np.unique(p.example_id)),
-        "n_perturbed_rows": int(f.shape[0]),
+        "n_perturbed_rows": int(p.f.shape[0]),
         "labels_are_positions": spec.is_multiple_choice,
         "features_task": feats.task,
         "prompt_style": feats.prompt_style,
         # the RMS norm of the head's input on train: the scale of the load-time size check
         "x_norm": float(np.sqrt(np.mean(np.sum(feats.x.astype(np.float64) ** 2, axis=1)))),
     }
-    key = correction_key(feats.task)
-    # what every correction kind records about where it belongs (stats keeps growing below)
-    identity: dict[str, Any] = {
+    return {
         "label_token_ids": label_ids,
         "labels": labels,
-        "task": key,
+        "task": correction_key(feats.task),
         "fingerprint": dict(feats.fingerprint),
         "stats": stats,
     }
+
+
+def fit_features(feats: Features, settings: FitSettings, *, radii: bool = True) -> Correction:
+    """Fit a correction on one task's train features (``radii=False``: skip measuring the
+    robustness radii, as the folds of ``--method auto`` do)."""
+    corr = _fit(feats, settings)
+    if radii:
+        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
+    return corr
+
+
+def _fit(feats: Features, settings: FitSettings) -> Correction:
+    p = feats.paired()
+    f = p.f
+    clean_rows = feats.clean
+    identity = correction_identity(feats)
+    stats = identity["stats"]
     if settings.method == "batch_calibration":
         # Batch calibration (Zhou et al. 2023), estimated once on the train split: subtract the
         # mean label logit over every train prompt, clean and perturbed (equivalently the mean
@@ -101,14 +116,12 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             beta=np.asarray(beta, dtype=np.float64),
             **identity,
         )
-        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
         return corr
     if settings.method == "clean_calibration":
         # the clean-calibrated reference: no perturbed prompt is used
         beta = clean_offset(feats.label_logits[clean_rows], feats.gold[clean_rows])
         stats["estimated_on"] = "train split, clean prompts only (offset maximising BAC)"
         corr = Correction(method="clean_calibration", W=None, beta=beta, **identity)
-        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
         return corr
     if settings.method == "constant":
         search = constant_search_of(feats, settings)
@@ -119,7 +132,6 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
             "at_b": search.at_b,
         }
         corr = Correction.from_constant(search, **identity)
-        corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
         return corr
     cv_args = dict(
         x_pert=p.x_pert,
@@ -149,9 +161,7 @@ def fit_features(feats: Features, settings: FitSettings) -> Correction:
         p.x_pert, f, p.x_clean, lam=lam, alpha=alpha, psi=settings.psi, beta=settings.beta
     )
     stats["beta_rule"] = settings.beta
-    corr = Correction.from_ridge(fit, **identity)
-    corr.stats["radii"] = measure_radii(feats, corr, settings.phi, settings.m)
-    return corr
+    return Correction.from_ridge(fit, **identity)
 
 
 def constant_search_of(feats: Features, settings: FitSettings) -> Any:
