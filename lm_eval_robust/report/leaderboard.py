@@ -9,7 +9,9 @@ their variants, ``n_resamples`` times):
 * the mean over tasks: every task is resampled independently (a stratified bootstrap), so the
   mean's resamples are the means of the tasks' resamples, and its jackknife leaves out one example
   of one task at a time. Tasks where a measure is undefined are left out of that measure's mean,
-  and the row says how many tasks it averages.
+  and the row says how many tasks it averages. The mean is over the tasks every model ran (a
+  model that cannot score a task, e.g. labels that are not single tokens for its tokenizer, takes
+  that task out of every model's mean, with a note), so the rows compare like with like.
 
 Rows are keyed by (model, kind, task); ``task == "mean"`` is the average. Values are fractions in
 the JSON and CSV, percentages in the Markdown.
@@ -175,7 +177,7 @@ def build_leaderboard(
     designs: dict[str, str] = {}
     notes: list[str] = []
     kinds_seen: list[str] = []
-    task_sets: dict[tuple[str, str], set[str]] = {}
+    per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
         by_kind: dict[str, list[tuple[str, Replicates, RobustTable]]] = {}
@@ -206,39 +208,44 @@ def build_leaderboard(
         for kind, entries in by_kind.items():
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
-            task_sets[(run.label, kind)] = {_base_task(t) for t, _, _ in entries}
-            mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in entries])
-            cells = _cells(mean_rep, confidence)
+            per_model[(run.label, kind)] = entries
+    # the mean of a kind is over the tasks every model ran, so the rows compare like with like
+    for kind in kinds_seen:
+        sets = {m: {_base_task(t) for t, _, _ in e} for (m, k), e in per_model.items() if k == kind}
+        common = set.intersection(*sets.values())
+        for m, s in sets.items():
+            if s - common:
+                notes.append(
+                    f"{m}, {kind}: the mean leaves out {', '.join(sorted(s - common))}, which "
+                    "not every model ran"
+                )
+        for (model, k), entries in per_model.items():
+            if k != kind:
+                continue
+            kept = [e for e in entries if _base_task(e[0]) in common]
+            if not kept:
+                continue
+            mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in kept])
             rows.append(
                 LeaderboardRow(
-                    model=run.label,
+                    model=model,
                     kind=kind,
                     task=MEAN,
-                    n_examples=sum(t.n_examples for _, _, t in entries),
-                    n_prompts=sum(
-                        int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in entries
-                    ),
-                    n_tasks=len(entries),
-                    cells=cells,
+                    n_examples=sum(t.n_examples for _, _, t in kept),
+                    n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept),
+                    n_tasks=len(kept),
+                    cells=_cells(mean_rep, confidence),
                 )
             )
-            short = [n for n, k in zip(BOOTSTRAP_STATS, n_ok, strict=True) if k < len(entries)]
+            short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]
             shown = [n for n in short if n in COLUMNS]
             if shown:
                 notes.append(
-                    f"{run.label}, {kind}: the mean of {', '.join(shown)} leaves out tasks where "
+                    f"{model}, {kind}: the mean of {', '.join(shown)} leaves out tasks where "
                     "it is undefined"
                 )
     if not rows:
         raise LeaderboardError("no perturbed task in the runs; run a *_pert or *_lb task first")
-    for kind in kinds_seen:
-        sets = {m: s for (m, k), s in task_sets.items() if k == kind}
-        if len({frozenset(s) for s in sets.values()}) > 1:
-            notes.append(
-                f"{kind}: the models ran different tasks ("
-                + "; ".join(f"{m}: {len(s)}" for m, s in sets.items())
-                + "), so their means are over different tasks"
-            )
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
