@@ -11,7 +11,17 @@ import pytest
 
 from lm_eval_robust.cli import COMMANDS, main
 
-PARSED = ["perturb", "fit", "export", "replay", "report", "plan", "select", "lora"]
+PARSED = [
+    "perturb",
+    "fit",
+    "export",
+    "replay",
+    "report",
+    "leaderboard",
+    "plan",
+    "select",
+    "lora",
+]
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -48,7 +58,8 @@ def test_unknown_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert captured.out == ""
     assert captured.err == (
         "lm-eval-robust: error: unknown command 'frobnicate'; did you mean 'fit'? (commands: "
-        "run, perturb, fit, export, replay, report, plan, select, lora; see lm-eval-robust "
+        "run, perturb, fit, export, replay, report, leaderboard, plan, select, lora; see "
+        "lm-eval-robust "
         "--help)\n"
     )
     assert main(["reprot"]) == 2
@@ -205,5 +216,5 @@ def test_select_unknown_pass_task_is_one_line(
     assert main(["select", "--pretrained", "x", "--tasks", "ni065_format"]) == 2
     assert capsys.readouterr().err == (
         "lm-eval-robust: error: unknown task 'ni065_format' in --tasks; did you mean "
-        "'ni065_format_pert'? (e.g. ni_format_pert,ni_text_pert, or ni065_format_pert)\n"
+        "'ni065_format_lb'? (e.g. ni_format_pert,ni_text_pert, or ni065_format_pert)\n"
     )

@@ -197,7 +197,7 @@ def perturbed_task(name: str, flag: str = "--task") -> str:
 
 
 def known_tasks() -> set[str]:
-    """Every task and tag name of our YAMLs (read from the files; the harness is not loaded)."""
+    """Every task, tag and group name of our YAMLs (read from the files; no harness loaded)."""
     from pathlib import Path
 
     from lm_eval_robust._plugin import task_dir
@@ -206,6 +206,6 @@ def known_tasks() -> set[str]:
     for path in Path(task_dir()).glob("*.yaml"):
         for line in path.read_text(encoding="utf-8").splitlines():
             key, _, value = line.partition(":")
-            if key in ("task", "tag") and value.strip():
+            if key in ("task", "tag", "group") and value.strip():
                 names.add(value.strip())
     return names
