@@ -132,3 +132,21 @@ def test_cli_refuses_a_run_without_samples(
     rc = cli_main(["leaderboard", str(run), "-o", str(tmp_path / "lb")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--log_samples" in err[0]
+
+
+def test_means_are_over_the_tasks_every_model_ran(tmp_path: Path) -> None:
+    full = _write_run(tmp_path, "full", skill=1.0)
+    part = _write_run(tmp_path, "part", skill=1.0)
+    for f in part.rglob("*ni220_format_lb*"):
+        f.unlink()
+    results = next(part.rglob("results_*.json"))
+    doc = json.loads(results.read_text())
+    for key in ("results", "configs"):
+        doc[key].pop("ni220_format_lb")
+    results.write_text(json.dumps(doc))
+    lb = build_leaderboard(label_runs([full, part], None), n_resamples=200)
+    full_mean, full_065 = lb.row("full", "format"), lb.row("full", "format", "ni065_format_lb")
+    assert full_mean is not None and full_065 is not None and full_mean.n_tasks == 1
+    assert full_mean.cells["bac_pert"].value == pytest.approx(full_065.cells["bac_pert"].value)
+    assert lb.row("full", "format", "ni220_format_lb") is not None  # still listed per task
+    assert any("full, format: the mean leaves out ni220" in n for n in lb.notes)
