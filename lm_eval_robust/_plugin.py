@@ -30,16 +30,23 @@ __all__ = ["register", "task_dir"]
 
 MODEL_NAME = "debiased_hf"
 MODEL_TARGET = "lm_eval_robust.model:DebiasedHFLM"
+#: every model we register: name -> target (imported on first use; vLLM only then)
+MODELS = {
+    MODEL_NAME: MODEL_TARGET,
+    "debiased_vllm": "lm_eval_robust.vllm_model:DebiasedVLLM",
+}
 TASKS_ENTRY_POINT_GROUP = "lm_eval.tasks"
 
 
 def register_model() -> None:
-    """Register ``debiased_hf`` lazily (a placeholder; the class imports on first use)."""
+    """Register ``debiased_hf`` and ``debiased_vllm`` lazily (placeholders; each class imports on
+    first use, so vLLM is imported only by a run that asks for ``debiased_vllm``)."""
     import lm_eval.models  # noqa: F401  (fills the built-ins first)
     from lm_eval.api.registry import model_registry
 
-    if MODEL_NAME not in model_registry:
-        model_registry.register(MODEL_NAME, target=MODEL_TARGET)
+    for name, target in MODELS.items():
+        if name not in model_registry:
+            model_registry.register(name, target=target)
 
 
 def _with_our_tasks(init: Any) -> Any:

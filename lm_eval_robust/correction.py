@@ -41,6 +41,7 @@ __all__ = [
     "apply_correction",
     "check_fingerprint",
     "check_model_fingerprint",
+    "corrected_label_logprobs",
     "load",
     "merged_head_update",
     "model_fingerprint",
@@ -643,6 +644,19 @@ def apply_correction(
     if correction.psi == "norm":
         bias = bias + torch.linalg.vector_norm(h, dim=-1, keepdim=True) * w[n]
     return lg - (bias + beta)
+
+
+def corrected_label_logprobs(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Label log-probabilities ``ll [d]`` after subtracting ``b [d]`` from the label logits.
+
+    ``ll*_j = ll_j − b_j − log(1 − Σ_k p_k + Σ_k p_k e^{−b_k})`` with ``p_k = e^{ll_k}``: the
+    softmax over the whole vocabulary, renormalised exactly, from the labels' own values.
+    """
+    ll = np.asarray(ll, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    p = np.exp(ll)
+    rest = max(0.0, 1.0 - float(p.sum()))
+    return np.asarray(ll - b - np.log(rest + float((p * np.exp(-b)).sum())), dtype=np.float64)
 
 
 def merged_head_update(

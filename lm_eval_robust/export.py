@@ -11,6 +11,13 @@ Most decoder heads (Llama, Gemma, Qwen...) have no bias. When the correction has
 the exported folder carries a ten-line model class that gives the head a bias, registered through
 ``auto_map``: load it with ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)``.
 A correction without constant part (or a head that already has a bias) needs no custom code.
+
+``constant="offset"`` keeps the checkpoint a stock one for engines that load only their own model
+classes (vLLM): the head gets the new rows and no bias, and the constant part ``W[n] + β`` (the
+part that cannot live in a bias-free head) is written beside it as a constant correction,
+``lm_eval_robust/constant_part.safetensors``, fingerprinted for the exported model;
+``debiased_hf`` and ``debiased_vllm`` apply it with
+``correction=OUT/lm_eval_robust/constant_part.safetensors``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from lm_eval_robust.correction import (
 
 REMOTE_MODULE = "modeling_lm_eval_robust"
 REMOTE_CLASS = "DebiasedHeadForCausalLM"
+#: a subfolder: engines (vLLM) load every top-level *.safetensors of a checkpoint as weights
+CONSTANT_PART = "lm_eval_robust/constant_part.safetensors"
+CONSTANT_MODES = ("bias", "offset")
 
 _REMOTE_CODE = '''"""Written by `lm-eval-robust export`: {base} with a bias on its output layer."""
 
@@ -46,8 +56,19 @@ class {cls}(_Base):
 '''
 
 
-def export(pretrained: str, correction_path: str, out: str, dtype: str | None = None) -> Path:
-    """Write the debiased checkpoint of ``pretrained`` to ``out``; returns ``out``."""
+def export(
+    pretrained: str,
+    correction_path: str,
+    out: str,
+    dtype: str | None = None,
+    constant: str = "bias",
+) -> Path:
+    """Write the debiased checkpoint of ``pretrained`` to ``out``; returns ``out``.
+
+    ``constant``: ``bias`` puts the constant part into a head bias (custom code where the head
+    has none); ``offset`` leaves a bias-free head and writes the constant part as a constant
+    correction file beside the checkpoint.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -56,6 +77,11 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
     from lm_eval_robust.validate import check_correction_scale, check_dtype, check_model_folder
 
     check_dtype(dtype, "--dtype", CorrectionError)
+    if constant not in CONSTANT_MODES:
+        raise CorrectionError(
+            f"--constant {constant!r} is not one of {', '.join(CONSTANT_MODES)}; use bias (a head "
+            "bias) or offset (a bias-free head and a constant correction file beside it)"
+        )
     path = resolve_pretrained(pretrained)
     check_model_folder(path, CorrectionError)
     refuse_overwrite(out, "-o", [("model folder", path), ("correction", correction_path)])
@@ -86,6 +112,10 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
         head.weight[ids] = rows.to(head.weight.dtype)
         needs_bias = bool((bias != 0).any())
         base = type(model).__name__
+        offset: Correction | None = None
+        if head.bias is None and needs_bias and constant == "offset":
+            offset = _constant_part(corr, -bias)
+            needs_bias = False
         if head.bias is not None:
             head.bias[ids] = bias.to(head.bias.dtype)
         elif needs_bias:
@@ -100,7 +130,33 @@ def export(pretrained: str, correction_path: str, out: str, dtype: str | None = 
 
     with atomic_dir(out, "exported model") as target:
         _write(model, tok, target, path, correction_path, corr, needs_bias, head, base)
+        if offset is not None:  # after save_pretrained, which removes other *.safetensors
+            from lm_eval_robust.correction import save
+
+            offset.fingerprint = model_fingerprint(model, tok)
+            (target / CONSTANT_PART).parent.mkdir(parents=True, exist_ok=True)
+            save(offset, target / CONSTANT_PART)
+            info_path = target / "lm_eval_robust_export.json"
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+            info["constant_part"] = CONSTANT_PART
+            info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return Path(out)
+
+
+def _constant_part(corr: Correction, beta: Any) -> Correction:
+    """The constant correction ``β' = W[n] + β`` left over when the rows alone are merged."""
+    import numpy as np
+
+    return Correction(
+        method="constant_part",
+        W=None,
+        beta=np.asarray(beta.detach().double().cpu().numpy(), dtype=np.float64),
+        label_token_ids=list(corr.label_token_ids),
+        labels=list(corr.labels),
+        task=corr.task,
+        psi="linear",
+        stats={**corr.stats, "constant_part_of": corr.method},
+    )
 
 
 def _torch_dtype(name: str) -> Any:
@@ -141,6 +197,7 @@ def _write(
                 "method": corr.method,
                 "label_token_ids": corr.label_token_ids,
                 "needs_trust_remote_code": bool(head.bias is None and needs_bias),
+                "constant_part": None,
             },
             indent=2,
         )

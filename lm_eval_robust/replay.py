@@ -34,11 +34,9 @@ class ReplayError(UserError):
 
 def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``ll [d]`` of the labels after subtracting ``b [d]`` from their logits."""
-    ll = np.asarray(ll, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    p = np.exp(ll)
-    rest = max(0.0, 1.0 - float(p.sum()))
-    return ll - b - math.log(rest + float((p * np.exp(-b)).sum()))
+    from lm_eval_robust.correction import corrected_label_logprobs
+
+    return corrected_label_logprobs(ll, b)
 
 
 def _aggregators(task_results: Mapping[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.generation.select",
             "lm_eval_robust.model",
             "lm_eval_robust.export",
+            "lm_eval_robust.vllm_model",
         ),
     ),
     (
