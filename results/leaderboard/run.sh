@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export LM_EVAL_ROBUST_DATA_DIR="${LM_EVAL_ROBUST_DATA_DIR:-../../../shared/data}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-MD='{"n_examples": 40, "n_perturbations": 4}'
+MD='{"n_examples": 30, "n_perturbations": 4}'
 [ -z "${LB_METADATA:-}" ] || MD=$LB_METADATA
 MODELS=("$@")
-[ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct gemma-3-270m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(qwen2.5-coder-1.5b-instruct smollm2-135m-instruct gemma-3-270m qwen2.5-coder-0.5b-instruct)
 # A task whose labels are not distinct single tokens for a model's tokenizer (SmolLM2 splits
 # " Profession" of ni280; SmolLM2 and Qwen split the roman numeral " viii" of one crossed ni1297
 # format) is refused by debiased_hf, which stops the run: scorable.py applies the same check first,
