@@ -196,6 +196,10 @@ def test_harness_run_on_tiny_model(tiny_model_dir: Path, data_dir: Path) -> None
     assert 0.0 <= tq["em_clean,none"] <= 100.0
     xsum = {k.split(",")[0] for k in res["xsum_clean"] if "," in k}
     assert xsum >= {"f1_clean", "rougeL_clean"} and "f1_drop" not in xsum
+    # clustered bootstrap standard errors, where lm-eval would write "N/A"
+    for key in ("em_clean_stderr,none", "em_drop_stderr,none"):
+        assert isinstance(tq[key], float) and tq[key] >= 0.0, key
+    assert isinstance(res["xsum_clean"]["f1_clean_stderr,none"], float)
 
 
 def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
@@ -209,10 +213,15 @@ def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
         (d / "results_1.json").write_text(json.dumps({"results": {"nq_open_text_pert": res}}))
 
     write("base", 40.0, 20.0)
+    base = next((tmp_path / "runs").glob("base_qa/model/results_1.json"))
+    doc = json.loads(base.read_text())
+    doc["results"]["nq_open_text_pert"]["em_drop_stderr,none"] = 5.0
+    base.write_text(json.dumps(doc))
     write("L4", 38.0, 30.0)
     write("L17-all", 40.0, 10.0)
     text = render(read_runs(tmp_path))
-    assert "| δ_drop | -20.0 |" in text
+    assert "| δ_drop | -20.0 [-29.8, -10.2] |" in text  # ± 1.96 × the stderr
+    assert "| perturbed (base) | 20.0 |" in text  # no stderr: no interval
     assert "| L4 p_recover | 50.0 |" in text and "| L4 δ_clean | -2.0 |" in text
     assert "| L17-all p_recover | -50.0 |" in text
     assert text.index("L4 p_recover") < text.index("L17-all p_recover")

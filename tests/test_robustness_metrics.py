@@ -190,3 +190,24 @@ def test_harness_results_carry_clustered_stderrs(tiny_model_dir: Path, data_dir:
     assert res["bac_worst,none"] == pytest.approx(robustness.bac_worst(items))
     assert res["bac_worst,none"] <= min(res["bac_clean,none"], res["bac_pert,none"]) + 1e-12
     assert all(math.isfinite(res[f"fmt_{s},none"]) for s in ("best", "worst", "median"))
+
+
+def test_generation_stderr_is_clustered_by_example() -> None:
+    from lm_eval_robust.metrics.stderr import generation_replicates, metric_of, stderr_for
+
+    def items(n_pert: int) -> list[dict[str, Any]]:
+        out = []
+        for e in range(20):
+            for pid in range(n_pert + 1):
+                # every prompt of an example scores alike: more prompts add no information
+                out.append({"example_id": f"e{e}", "pert_id": pid, "scores": {"em": float(e % 2)}})
+        return out
+
+    few, many = stderr_for("em_pert", 400)(items(2)), stderr_for("em_pert", 400)(items(10))
+    assert isinstance(few, float) and few == pytest.approx(many, rel=0.2)
+    assert few == pytest.approx(100 * 0.5 / np.sqrt(20), rel=0.25)  # SE of a mean of 20 0/1s
+    boot = generation_replicates(items(3), "em", 200)
+    assert np.allclose(boot[:, 2], 0.0)  # perturbed == clean in every resample
+    from lm_eval_robust.generation import metrics as gen
+
+    assert metric_of(gen.em_drop) == "em_drop" and metric_of(gen.rougeL_clean) == "rougeL_clean"

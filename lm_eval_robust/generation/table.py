@@ -3,9 +3,11 @@
 ``DIR/runs/<label>_<group>/`` are harness output folders (``--output_path``); ``<label>`` is
 ``base`` (no correction) or ``L<layer>`` / ``L<layer>-<positions>`` (with that layer's
 correction); a label's groups are merged. Per task: the base model's clean and perturbed score and
-``δ_drop`` = perturbed − clean (negative is a drop; the paper prints its magnitude), then per
-debiased label ``p_recover = 100 (pert_debiased − pert_base) / (clean_base − pert_base)`` (n/a
-when there is no drop) and ``δ_clean`` = clean_debiased − clean_base. Scores: EM for NQ-open,
+``δ_drop`` = perturbed − clean (negative is a drop; the paper prints its magnitude), each with the
+95 % normal interval of its clustered bootstrap standard error (``<metric>_stderr`` in the run's
+results: examples resampled with all their prompts), then per debiased label
+``p_recover = 100 (pert_debiased − pert_base) / (clean_base − pert_base)`` (n/a when there is no
+drop) and ``δ_clean`` = clean_debiased − clean_base. Scores: EM for NQ-open,
 TriviaQA and GSM8K, F1 for XSum, in percent.
 """
 
@@ -36,10 +38,11 @@ def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
             continue
         res = json.loads(f.read_text(encoding="utf-8"))["results"]
         for task, vals in res.items():
+            # values and their clustered bootstrap standard errors (``<metric>_stderr``)
             metrics = {
                 k.split(",")[0]: float(v)
                 for k, v in vals.items()
-                if "," in k and isinstance(v, int | float) and "_stderr" not in k
+                if "," in k and isinstance(v, int | float) and not isinstance(v, bool)
             }
             out.setdefault(m.group(1), {})[task] = metrics
     return out
@@ -47,6 +50,13 @@ def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
 
 def _fmt(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.1f}"
+
+
+def _with_ci(v: float | None, se: float | None) -> str:
+    """``v [v - 1.96 se, v + 1.96 se]``: the normal interval of the clustered bootstrap SE."""
+    if v is None or se is None or not (math.isfinite(v) and math.isfinite(se)) or se <= 0:
+        return _fmt(v)
+    return f"{v:.1f} [{v - 1.96 * se:.1f}, {v + 1.96 * se:.1f}]"
 
 
 def _layer_key(label: str) -> tuple[int, str]:
@@ -70,9 +80,13 @@ def render(runs: dict[str, dict[str, dict[str, float]]]) -> str:
         v = runs.get(label, {}).get(task, {}).get(f"{PRIMARY[task]}_{which}")
         return v
 
-    row("clean (base)", [f"{_fmt(score('base', t, 'clean'))} {PRIMARY[t].upper()}" for t in tasks])
-    row("perturbed (base)", [_fmt(score("base", t, "pert")) for t in tasks])
-    row("δ_drop", [_fmt(score("base", t, "drop")) for t in tasks])
+    def ci(label: str, task: str, which: str) -> str:
+        se = runs.get(label, {}).get(task, {}).get(f"{PRIMARY[task]}_{which}_stderr")
+        return _with_ci(score(label, task, which), se)
+
+    row("clean (base)", [f"{ci('base', t, 'clean')} {PRIMARY[t].upper()}" for t in tasks])
+    row("perturbed (base)", [ci("base", t, "pert") for t in tasks])
+    row("δ_drop", [ci("base", t, "drop") for t in tasks])
     for label in sorted((k for k in runs if k != "base"), key=_layer_key):
         rec, dcl = [], []
         for t in tasks:
