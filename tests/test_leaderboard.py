@@ -150,3 +150,17 @@ def test_means_are_over_the_tasks_every_model_ran(tmp_path: Path) -> None:
     assert full_mean.cells["bac_pert"].value == pytest.approx(full_065.cells["bac_pert"].value)
     assert lb.row("full", "format", "ni220_format_lb") is not None  # still listed per task
     assert any("full, format: the mean leaves out ni220" in n for n in lb.notes)
+
+
+def test_runs_at_different_settings_get_a_note(tmp_path: Path) -> None:
+    a = _write_run(tmp_path, "a", skill=1.0)
+    b = _write_run(tmp_path, "b", skill=1.0)
+    results = next(b.rglob("results_*.json"))
+    doc = json.loads(results.read_text())
+    for config in doc["configs"].values():
+        config["metadata"]["n_perturbations"] = 8
+    results.write_text(json.dumps(doc))
+    lb = build_leaderboard(label_runs([a, b], None), n_resamples=200)
+    assert any("differ in n_perturbations (a: 4; b: 8)" in n for n in lb.notes)
+    same = build_leaderboard(label_runs([a, _write_run(tmp_path, "c", 1.0)], None), 200)
+    assert not any("differ in" in n for n in same.notes)

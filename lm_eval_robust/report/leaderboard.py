@@ -39,7 +39,7 @@ from lm_eval_robust.metrics.robustness import (
     variant_bac,
 )
 from lm_eval_robust.report.markdown import markdown_table
-from lm_eval_robust.report.pairing import Run
+from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, protocol_settings
 
 __all__ = [
     "COLUMNS",
@@ -209,6 +209,7 @@ def build_leaderboard(
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
             per_model[(run.label, kind)] = entries
+    notes += _setting_notes(runs)
     # the mean of a kind is over the tasks every model ran, so the rows compare like with like
     for kind in kinds_seen:
         sets = {m: {_base_task(t) for t, _, _ in e} for (m, k), e in per_model.items() if k == kind}
@@ -255,6 +256,25 @@ def build_leaderboard(
         designs=designs,
         notes=tuple(notes),
     )
+
+
+def _setting_notes(runs: Sequence[Run]) -> list[str]:
+    """Notes on protocol settings (examples, perturbations, design, ...) that differ by model."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for run in runs:
+        for tr in run.tasks.values():
+            config = tr.config if isinstance(tr.config, Mapping) else {}
+            proto = protocol_settings(config)
+            meta = config.get("metadata") or {}
+            proto["design"] = str(meta.get("design", "nested"))
+            for key in PROTOCOL_KEYS:
+                seen.setdefault(key, {}).setdefault(run.label, set()).add(proto.get(key, ""))
+    out = []
+    for key, by_model in seen.items():
+        if len({v for vals in by_model.values() for v in vals}) > 1:
+            desc = "; ".join(f"{m}: {', '.join(sorted(v))}" for m, v in by_model.items())
+            out.append(f"the runs differ in {key} ({desc}): compare their rows with care")
+    return out
 
 
 def _pct(c: Cell, signed: bool = False) -> str:

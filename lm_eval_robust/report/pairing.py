@@ -35,6 +35,7 @@ __all__ = [
     "label_runs",
     "load_run",
     "pair_runs",
+    "protocol_settings",
 ]
 
 # Task settings that change which docs exist or what they contain (NIConfig's fields).
@@ -317,6 +318,11 @@ class PairedTask:
     base: TaskRun
     other: TaskRun
     keys: tuple[tuple[str, int], ...]
+
+
+def protocol_settings(config: Mapping[str, Any]) -> dict[str, str]:
+    """A task config's protocol settings (defaults filled in), as comparable strings."""
+    return _protocol(config)
 
 
 def _protocol(config: Mapping[str, Any]) -> dict[str, str]:
