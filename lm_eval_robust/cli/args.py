@@ -209,3 +209,11 @@ def known_tasks() -> set[str]:
             if key in ("task", "tag", "group") and value.strip():
                 names.add(value.strip())
     return names
+
+
+def check_bootstrap_flags(resamples: int, confidence: float) -> None:
+    """``--resamples`` (at least 100) and ``--confidence`` (in [0.5, 1)) of a report command."""
+    if resamples < 100:
+        raise UserError(f"--resamples must be at least 100; got {resamples}")
+    if not 0.5 <= confidence < 1.0:
+        raise UserError(f"--confidence must be in [0.5, 1); got {confidence}")

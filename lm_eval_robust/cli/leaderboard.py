@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
 from lm_eval_robust.errors import UserError
 
 __all__ = ["build_parser", "main"]
@@ -43,10 +43,7 @@ def run_leaderboard(args: argparse.Namespace) -> str:
     from lm_eval_robust.report.leaderboard import build_leaderboard, to_csv, to_json, to_markdown
     from lm_eval_robust.report.pairing import label_runs
 
-    if args.resamples < 100:
-        raise UserError(f"--resamples must be at least 100; got {args.resamples}")
-    if not 0.5 <= args.confidence < 1.0:
-        raise UserError(f"--confidence must be in [0.5, 1); got {args.confidence}")
+    check_bootstrap_flags(args.resamples, args.confidence)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
     runs = label_runs(args.runs, labels)

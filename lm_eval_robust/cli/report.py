@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.certify import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.pairing import label_runs
@@ -81,10 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ReportSettings:
-    if args.resamples < 100:
-        raise UserError(f"--resamples must be at least 100; got {args.resamples}")
-    if not 0.5 <= args.confidence < 1.0:
-        raise UserError(f"--confidence must be in [0.5, 1); got {args.confidence}")
+    check_bootstrap_flags(args.resamples, args.confidence)
     try:
         named = CertConfig.named(args.certificate, phi=args.phi, psi=args.psi, seed=args.seed)
         cert = replace(

@@ -37,6 +37,7 @@ import numpy as np
 from lm_eval_robust.metrics.bootstrap import bac_from_counts, jackknife_weights, resample_weights
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, pred_shares
+from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 __all__ = [
     "BOOTSTRAP_STATS",
@@ -62,12 +63,7 @@ BOOTSTRAP_STATS: tuple[str, ...] = (
     "maj_share_clean",
     "maj_share_pert",
     "tie_share",
-    "bac_worst",
-    "consistency",
-    "fmt_best",
-    "fmt_worst",
-    "fmt_median",
-    "fmt_spread",
+    *ROBUSTNESS_METRICS,  # bac_worst, consistency, fmt_best, fmt_worst, fmt_median, fmt_spread
     "p_cert_h",
     "p_cert_c",
 )

@@ -393,6 +393,15 @@ METRICS_CLEAN: tuple[str, ...] = (
     "auc_clean",
     "tie_share",
 )
+#: the leaderboard measures of every perturbed task (lm_eval_robust.metrics.robustness)
+ROBUSTNESS_METRICS: tuple[str, ...] = (
+    "bac_worst",
+    "consistency",
+    "fmt_best",
+    "fmt_worst",
+    "fmt_median",
+    "fmt_spread",
+)
 METRICS_PERT: tuple[str, ...] = (
     "bac_clean",
     "bac_pert",
@@ -404,12 +413,7 @@ METRICS_PERT: tuple[str, ...] = (
     "auc_clean",
     "auc_pert",
     "tie_share",
-    "bac_worst",
-    "consistency",
-    "fmt_best",
-    "fmt_worst",
-    "fmt_median",
-    "fmt_spread",
+    *ROBUSTNESS_METRICS,
     "p_cert_h",
     "p_cert_c",
     "pop_cert_h",
