@@ -141,6 +141,8 @@ _MODEL_CLASSES: tuple[tuple[str, str], ...] = (
 
 #: vLLM engine args that ``--model vllm`` passes on through ``**kwargs``
 VLLM_ENGINE_ARGS: tuple[str, ...] = (
+    "gpu_memory_utilization",
+    "swap_space",
     "enforce_eager",
     "max_num_seqs",
     "max_num_batched_tokens",

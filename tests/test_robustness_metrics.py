@@ -218,6 +218,7 @@ def test_other_engines_model_args_pass_the_metadata_check() -> None:
     # args must not be refused as misspelt settings, while a real typo still is
     md = {"model": "m", "base_url": "http://x/v1/completions", "tokenizer_backend": "huggingface"}
     md |= {"num_concurrent": 1, "max_retries": 3, "enforce_eager": True, "n_examples": 12}
+    md |= {"gpu_memory_utilization": 0.3, "max_model_len": 2048}
     assert NIConfig.from_metadata(md).n_examples == 12
     with pytest.raises(TaskConfigError, match="unknown setting 'n_exampels'"):
         NIConfig.from_metadata({**md, "n_exampels": 12})
