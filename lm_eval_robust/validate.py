@@ -139,8 +139,11 @@ _MODEL_CLASSES: tuple[tuple[str, str], ...] = (
     ("lm_eval.models.vllm_causallms", "VLLM"),
 )
 
-#: vLLM engine args that ``--model vllm`` passes on through ``**kwargs``
+#: vLLM's args, known without importing vLLM (``--model vllm`` passes most through ``**kwargs``)
 VLLM_ENGINE_ARGS: tuple[str, ...] = (
+    "max_model_len",
+    "tensor_parallel_size",
+    "data_parallel_size",
     "gpu_memory_utilization",
     "swap_space",
     "enforce_eager",
