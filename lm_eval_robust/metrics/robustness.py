@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ __all__ = [
     "fmt_spread",
     "fmt_worst",
     "replicates",
+    "table_of",
     "variant_bac",
 ]
 
@@ -311,13 +313,32 @@ def replicates(t: RobustTable, n_resamples: int, seed: int = 0) -> Replicates:
 
 def variant_bac(items: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """BAC of each perturbed variant that covers every gold class (the rest are left out)."""
-    t = RobustTable.from_items(items)
+    t = table_of(items)
     bacs = _variant_bacs(t, np.ones((1, t.n_examples)))[0]
     return {v: float(b) for v, b in zip(t.variants, bacs, strict=True) if math.isfinite(b)}
 
 
+#: recent tables by the identity of their items, each entry holding its items so that no id can be
+#: reused while it is cached: lm-eval calls every aggregation of a task with the same per-doc
+#: dicts (our process_results returns one dict under every metric key)
+_tables: OrderedDict[tuple[int, ...], tuple[list[Mapping[str, Any]], RobustTable]] = OrderedDict()
+
+
+def table_of(items: Iterable[Mapping[str, Any]]) -> RobustTable:
+    """:meth:`RobustTable.from_items`, built once for all the metrics of a task."""
+    kept = list(items)
+    key = tuple(id(x) for x in kept)
+    hit = _tables.get(key)
+    if hit is None:
+        hit = (kept, RobustTable.from_items(kept))
+        _tables[key] = hit
+        while len(_tables) > 2:
+            _tables.popitem(last=False)
+    return hit[1]
+
+
 def _stat(items: Iterable[Mapping[str, Any]], name: str) -> float:
-    t = RobustTable.from_items(items)
+    t = table_of(items)
     return float(statistics(t, np.ones((1, t.n_examples)))[0][BOOTSTRAP_STATS.index(name)])
 
 

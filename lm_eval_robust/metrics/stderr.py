@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.metrics.bootstrap import resample_weights
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, Replicates, RobustTable, replicates
+from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, Replicates, replicates, table_of
 
 __all__ = [
     "STDERR_RESAMPLES",
@@ -54,7 +54,7 @@ _GEN_PARTS = ("clean", "pert", "drop")
 _REGISTERED = "lm_eval_robust.harness_metrics"
 _REGISTERED_PREFIX = "lmer_"
 
-_cache: OrderedDict[tuple[int, ...], Replicates] = OrderedDict()
+_cache: OrderedDict[tuple[int, int], tuple[object, Replicates]] = OrderedDict()
 
 
 def metric_of(fn: Any) -> str | None:
@@ -108,14 +108,15 @@ def generation_replicates(
 
 def task_replicates(items: Sequence[Mapping[str, Any]], n_resamples: int) -> Replicates:
     """The bootstrap of one task's items, computed once for all of its metrics."""
-    key = (n_resamples, *(id(x) for x in items))
+    table = table_of(items)
+    key = (n_resamples, id(table))
     hit = _cache.get(key)
-    if hit is None:
-        hit = replicates(RobustTable.from_items(items), n_resamples, seed=_SEED)
+    if hit is None:  # the entry holds its table, so the id is not reused while it is cached
+        hit = (table, replicates(table, n_resamples, seed=_SEED))
         _cache[key] = hit
         while len(_cache) > 2:
             _cache.popitem(last=False)
-    return hit
+    return hit[1]
 
 
 def stderr_for(metric: str, bootstrap_iters: int) -> Callable[[Sequence[Any]], float | str]:

@@ -36,6 +36,7 @@ from lm_eval_robust.metrics.robustness import (
     Replicates,
     RobustTable,
     replicates,
+    table_of,
     variant_bac,
 )
 from lm_eval_robust.report.markdown import markdown_table
@@ -190,7 +191,7 @@ def build_leaderboard(
             meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
             designs[task] = str(meta.get("design", "nested"))
             items = tr.item_list()
-            table = RobustTable.from_items(items)
+            table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
             by_kind.setdefault(kind, []).append((task, rep, table))
             rows.append(
@@ -263,10 +264,7 @@ def _setting_notes(runs: Sequence[Run]) -> list[str]:
     seen: dict[str, dict[str, set[str]]] = {}
     for run in runs:
         for tr in run.tasks.values():
-            config = tr.config if isinstance(tr.config, Mapping) else {}
-            proto = protocol_settings(config)
-            meta = config.get("metadata") or {}
-            proto["design"] = str(meta.get("design", "nested"))
+            proto = protocol_settings(tr.config if isinstance(tr.config, Mapping) else {})
             for key in PROTOCOL_KEYS:
                 seen.setdefault(key, {}).setdefault(run.label, set()).add(proto.get(key, ""))
     out = []

@@ -322,10 +322,6 @@ class PairedTask:
 
 def protocol_settings(config: Mapping[str, Any]) -> dict[str, str]:
     """A task config's protocol settings (defaults filled in), as comparable strings."""
-    return _protocol(config)
-
-
-def _protocol(config: Mapping[str, Any]) -> dict[str, str]:
     md = config.get("metadata") or {}
     out = {k: _norm(md.get(k, _DEFAULTS[k])) for k in PROTOCOL_KEYS}
     kwargs = config.get("dataset_kwargs") or {}
@@ -351,7 +347,7 @@ def _norm(value: Any) -> str:
 
 
 def _check_task(task: str, a: TaskRun, b: TaskRun, labels: tuple[str, str]) -> PairedTask:
-    pa, pb = _protocol(a.config), _protocol(b.config)
+    pa, pb = protocol_settings(a.config), protocol_settings(b.config)
     diff = [k for k in pa if pa.get(k) != pb.get(k)] + [k for k in pb if k not in pa]
     if diff:
         k = diff[0]
