@@ -112,6 +112,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.select",
             "lm_eval_robust.replay",
             "lm_eval_robust.generation.table",
+            "lm_eval_robust.generation.sweep",
         ),
     ),
     ("commands", ("lm_eval_robust.cli.*",)),

@@ -25,7 +25,7 @@ PRIMARY = {
     "triviaqa_text_pert": "em",
     "xsum_text_pert": "f1",
 }
-_LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)_")
+_LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)(?:_|$)")
 
 
 def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
