@@ -27,10 +27,9 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.replay_posthoc import ReplayError
 
-
-class ReplayError(UserError):
-    """Inputs that cannot be replayed; the message names the file and the fix."""
+__all__ = ["ReplayError", "corrected_loglikelihoods", "replay"]
 
 
 def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -17,13 +17,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.replay import ReplayError
+from lm_eval_robust.errors import UserError
 
-__all__ = ["PostHoc"]
+__all__ = ["PostHoc", "ReplayError", "model_folder"]
 
 #: characters of context kept when tokenising a label: the label's last token never depends on
 #: text this far back, and tokenising whole prompts for every sample would cost seconds per run
 _CONTEXT_TAIL = 200
+
+
+class ReplayError(UserError):
+    """Inputs that cannot be replayed; the message names the file and the fix."""
 
 
 def _arguments(sample: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -111,6 +111,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "lm_eval_robust.report.*",
             "lm_eval_robust.select",
+            "lm_eval_robust.replay_posthoc",
             "lm_eval_robust.replay",
             "lm_eval_robust.generation.table",
         ),
