@@ -40,12 +40,12 @@ def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _aggregators(task_results: Mapping[str, Any]) -> dict[str, Any]:
-    from lm_eval_robust.metrics import certify, classification
+    from lm_eval_robust.metrics import certify, classification, robustness
 
     out: dict[str, Any] = {}
     for key in task_results:
         name = key.split(",")[0]
-        for module in (classification, certify):
+        for module in (classification, certify, robustness):
             fn = getattr(module, name, None)
             if callable(fn):
                 out[key] = fn
