@@ -16,6 +16,7 @@ marked as a replay in its results file; a test checks it against a real ``debias
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -26,10 +27,9 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.replay_posthoc import ReplayError
 
-
-class ReplayError(UserError):
-    """Inputs that cannot be replayed; the message names the file and the fix."""
+__all__ = ["ReplayError", "corrected_loglikelihoods", "replay"]
 
 
 def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -40,12 +40,12 @@ def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _aggregators(task_results: Mapping[str, Any]) -> dict[str, Any]:
-    from lm_eval_robust.metrics import certify, classification
+    from lm_eval_robust.metrics import certify, classification, robustness
 
     out: dict[str, Any] = {}
     for key in task_results:
         name = key.split(",")[0]
-        for module in (classification, certify):
+        for module in (classification, certify, robustness):
             fn = getattr(module, name, None)
             if callable(fn):
                 out[key] = fn
@@ -135,16 +135,20 @@ def _bias_table(feats: Any, correction: Any) -> dict[tuple[str, int], Any]:
 
 def replay(
     base_run: str | Path,
-    features: str | Path,
+    features: str | Path | None,
     correction: str | Path | None,
     out: str | Path,
+    model: str | None = None,
 ) -> Path:
     """Write ``out/<model>/results_<stamp>.json`` and samples with ``correction`` applied.
 
     Label scores are float32, as ``debiased_hf`` writes them: a base run recorded in half
     precision (before label scores were float32) is first rescored from its features, and the
     corrected scores are rounded to float32, so base and replay compare at one precision.
-    Without ``correction`` the run is only rescored. The results file records
+    Without ``correction`` the run is only rescored. Without ``features`` (a run by any engine,
+    ``--log_samples`` alone) only input-independent corrections apply, to the logged scores
+    as they are (:mod:`lm_eval_robust.replay_posthoc`; ``model``: the checkpoint folder their
+    fingerprint is checked against, else the one the run names). The results file records
     ``label_score_dtype`` and, per correction, its radii measured on this run's (test) features.
     The folder ``out/<model>`` appears whole or not at all (written beside it, then moved into
     place); an ``-o`` that is, or holds, the base run, its features or the correction is refused.
@@ -152,7 +156,7 @@ def replay(
     from lm_eval_robust.atomic import StagedDir
 
     with StagedDir() as stage:
-        return _replay(base_run, features, correction, out, stage)
+        return _replay(base_run, features, correction, out, stage, model)
 
 
 def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
@@ -166,19 +170,18 @@ def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
 
 def _replay(
     base_run: str | Path,
-    features: str | Path,
+    features: str | Path | None,
     correction: str | Path | None,
     out: str | Path,
     stage: Any,
+    model: str | None = None,
 ) -> Path:
     from lm_eval_robust.correction import (
         correction_key,
         fit_summary,
         load_corrections,
-        write_atomic,
     )
     from lm_eval_robust.report.pairing import _find_results, _model_args
-    from lm_eval_robust.tasks.ni import process_results
 
     try:
         results_file = _find_results(Path(base_run))
@@ -187,8 +190,6 @@ def _replay(
     results = json.loads(results_file.read_text(encoding="utf-8"))
     stamp = results_file.stem[len("results_") :]
     tasks = sorted((results.get("results") or {}).keys())
-    features_dir = Path(features)
-    folders = _FeatureFolders(features_dir)
     applied = (results.get("lm_eval_robust_replay") or {}).get("correction") or _model_args(
         results
     ).get("correction")
@@ -203,6 +204,18 @@ def _replay(
             f"{results_file.parent} already has float32 label scores: there is nothing to "
             "rescore; give --correction to replay a correction on it"
         )
+    if features is None:
+        if not correction:
+            raise ReplayError(
+                "nothing to replay: give --correction (a constant or calibration correction "
+                "applies to the logged scores), or --features to rescore a half-precision run"
+            )
+        from lm_eval_robust.replay_posthoc import PostHoc
+
+        post = PostHoc(_model_args(results), correction, model)
+        return _replay_posthoc(results, results_file, post, correction, out, stage)
+    features_dir = Path(features)
+    folders = _FeatureFolders(features_dir)
     fp = next((folders.of(t).fingerprint for t in tasks if folders.has(t)), None)
     if fp is None:
         raise ReplayError(
@@ -220,14 +233,7 @@ def _replay(
     corrections = (
         load_corrections(str(correction), fingerprint_of, folders.head_rows) if correction else {}
     )
-    target = Path(out) / results_file.parent.name
-    others = [f.name for f in target.glob("results_*.json") if f.name != results_file.name]
-    if others:
-        raise ReplayError(
-            f"-o {out} already holds another run ({others[0]}) in {target.name}/; the report "
-            "would read one of the two: choose an empty -o"
-        )
-    target = _stage(stage, target, results_file.parent, features, correction)
+    target = _target(stage, out, results_file, features, correction)
     new_results = json.loads(json.dumps(results))
     replayed: list[str] = []
     radii_test: dict[str, dict[str, Any]] = {}
@@ -252,50 +258,9 @@ def _replay(
         else:
             table = {k: np.zeros_like(v) for k, v in rescore.items()}
         src = _samples_file(results_file.parent, task, stamp)
-        opener = gzip.open if src.suffix == ".gz" else open
-        items: list[dict[str, Any]] = []
-        lines: list[str] = []
-        with opener(src, "rt", encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                sample = json.loads(line)
-                doc = sample["doc"]
-                k = (str(doc["example_id"]), int(doc["pert_id"]))
-                if k not in table:
-                    raise ReplayError(
-                        f"{src.name}:{n}: no features for example {k[0]} perturbation {k[1]}; "
-                        "the features come from another run or settings"
-                    )
-                ll = np.array([float(r[0][0]) for r in sample["resps"]])
-                if not np.isfinite(ll).all():
-                    raise ReplayError(
-                        f"{src.name}:{n}: non-finite label log-likelihood {ll.tolist()}; the run "
-                        "is corrupt: run it again"
-                    )
-                if rescore:
-                    ll = ll + rescore[k]
-                # float32, as debiased_hf scores labels: ties compare at one precision
-                fixed = corrected_loglikelihoods(ll, table[k]).astype(np.float32).astype(float)
-                # logged as the harness logs them: strings; the greedy flag is kept as logged
-                resps = [
-                    [[repr(float(v)), str(r[0][1])]]
-                    for v, r in zip(fixed, sample["resps"], strict=True)
-                ]
-                sample["resps"] = resps
-                sample["filtered_resps"] = [r[0] for r in resps]
-                values = process_results(doc, [(float(v), False) for v in fixed])
-                sample.update(values)
-                items.append(next(iter(values.values())))
-                lines.append(json.dumps(sample, ensure_ascii=False))
-        # compressed, as the report reads them: a replayed run costs a tenth of the disk
-        dst = target / f"samples_{task}_{stamp}.jsonl.gz"
-        data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
-        write_atomic(data, dst, what="replayed samples")
-        task_results = new_results["results"][task]
-        task_results.setdefault("tie_share,none", math.nan)  # runs made before ties were shown
-        for metric, fn in _aggregators(task_results).items():
-            task_results[metric] = float(fn(items))
+        fix = functools.partial(_feature_fix, table, rescore)
+        items = _rewrite_samples(src, target / src.name.removesuffix(".gz"), fix)
+        _aggregate(new_results["results"][task], items)
         replayed.append(task)
     if not replayed:
         if not correction:
@@ -309,13 +274,8 @@ def _replay(
         )
     cfg = new_results.setdefault("config", {})
     cfg["label_score_dtype"] = "float32"
-    args = cfg.get("model_args")
-    if correction and isinstance(args, str):
-        cfg["model_args"] = (
-            f"{args},correction={correction}" if args else f"correction={correction}"
-        )
-    elif correction and isinstance(args, dict):
-        args["correction"] = str(correction)
+    if correction:
+        _record_correction(cfg, correction)
     summaries: dict[str, dict[str, Any]] = {}
     for t in replayed if correction else []:
         key = correction_key(t)
@@ -335,9 +295,161 @@ def _replay(
         "corrections": summaries,
         "radii_test": radii_test,
     }
+    return _write_results(new_results, replayed, target / results_file.name, stage)
+
+
+def _feature_fix(
+    table: Mapping[tuple[str, int], np.ndarray],
+    rescore: Mapping[tuple[str, int], np.ndarray],
+    sample: Mapping[str, Any],
+    ll: np.ndarray,
+    where: str,
+) -> np.ndarray:
+    """One logged prompt's label log-likelihoods, rescored and corrected from its features."""
+    doc = sample["doc"]
+    k = (str(doc["example_id"]), int(doc["pert_id"]))
+    if k not in table:
+        raise ReplayError(
+            f"{where}: no features for example {k[0]} perturbation {k[1]}; "
+            "the features come from another run or settings"
+        )
+    return corrected_loglikelihoods(ll + rescore[k] if rescore else ll, table[k])
+
+
+def _posthoc_fix(
+    post: Any, key: str, sample: Mapping[str, Any], ll: np.ndarray, where: str
+) -> np.ndarray:
+    """One logged prompt's label log-likelihoods with ``key``'s input-independent correction."""
+    post.check(key, sample, where)
+    return corrected_loglikelihoods(ll, np.asarray(post.corrections[key].beta))
+
+
+def _target(
+    stage: Any, out: str | Path, results_file: Path, features: Any, correction: Any
+) -> Path:
+    """The temporary folder of ``out/<model>``, refused where ``-o`` holds another run."""
+    target = Path(out) / results_file.parent.name
+    others = [f.name for f in target.glob("results_*.json") if f.name != results_file.name]
+    if others:
+        raise ReplayError(
+            f"-o {out} already holds another run ({others[0]}) in {target.name}/; the report "
+            "would read one of the two: choose an empty -o"
+        )
+    return _stage(stage, target, results_file.parent, features, correction)
+
+
+def _rewrite_samples(src: Path, dst: Path, fix: Any) -> list[dict[str, Any]]:
+    """Write ``src``'s samples to ``dst`` (gzip) with ``fix(sample, ll, where)``'s label
+    log-likelihoods and the per-doc values recomputed; returns the values the metrics read."""
+    from lm_eval_robust.correction import write_atomic
+    from lm_eval_robust.tasks.ni import process_results
+
+    opener = gzip.open if src.suffix == ".gz" else open
+    items: list[dict[str, Any]] = []
+    lines: list[str] = []
+    with opener(src, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            sample = json.loads(line)
+            ll = np.array([float(r[0][0]) for r in sample["resps"]])
+            if not np.isfinite(ll).all():
+                raise ReplayError(
+                    f"{src.name}:{n}: non-finite label log-likelihood {ll.tolist()}; the run "
+                    "is corrupt: run it again"
+                )
+            # float32, as debiased_hf scores labels: ties compare at one precision
+            fixed = fix(sample, ll, f"{src.name}:{n}").astype(np.float32).astype(float)
+            # logged as the harness logs them: strings; the greedy flag is kept as logged
+            resps = [
+                [[repr(float(v)), str(r[0][1])]]
+                for v, r in zip(fixed, sample["resps"], strict=True)
+            ]
+            sample["resps"] = resps
+            sample["filtered_resps"] = [r[0] for r in resps]
+            values = process_results(sample["doc"], [(float(v), False) for v in fixed])
+            sample.update(values)
+            items.append(next(iter(values.values())))
+            lines.append(json.dumps(sample, ensure_ascii=False))
+    # compressed, as the report reads them: a replayed run costs a tenth of the disk
+    data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
+    write_atomic(data, dst.with_name(dst.name + ".gz"), what="replayed samples")
+    return items
+
+
+def _aggregate(task_results: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    """Recompute the task's metrics from the replayed per-doc values, in place."""
+    task_results.setdefault("tie_share,none", math.nan)  # runs made before ties were shown
+    for metric, fn in _aggregators(task_results).items():
+        task_results[metric] = float(fn(items))
+
+
+def _record_correction(cfg: dict[str, Any], correction: str | Path) -> None:
+    """Name the correction in the replayed run's model args, as a real run records it."""
+    args = cfg.get("model_args")
+    if isinstance(args, str):
+        cfg["model_args"] = (
+            f"{args},correction={correction}" if args else f"correction={correction}"
+        )
+    elif isinstance(args, dict):
+        args["correction"] = str(correction)
+
+
+def _write_results(
+    new_results: dict[str, Any], replayed: list[str], out_file: Path, stage: Any
+) -> Path:
+    from lm_eval_robust.correction import write_atomic
+
     new_results["results"] = {t: new_results["results"][t] for t in replayed}
     new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}
-    out_file = target / results_file.name
     text = json.dumps(new_results, indent=2, ensure_ascii=False, default=str)
     write_atomic(text.encode("utf-8"), out_file, what="replayed results")
-    return stage.commit(out_file)
+    return Path(stage.commit(out_file))
+
+
+def _replay_posthoc(
+    results: dict[str, Any],
+    results_file: Path,
+    post: Any,
+    correction: str | Path,
+    out: str | Path,
+    stage: Any,
+) -> Path:
+    """Input-independent corrections on the logged label scores (no features)."""
+    from lm_eval_robust.correction import correction_key, fit_summary
+
+    stamp = results_file.stem[len("results_") :]
+    tasks = sorted((results.get("results") or {}).keys())
+    target = _target(stage, out, results_file, None, correction)
+    new_results = json.loads(json.dumps(results))
+    replayed: list[str] = []
+    for task in tasks:
+        key = correction_key(task)
+        if key not in post.corrections:
+            continue
+        src = _samples_file(results_file.parent, task, stamp)
+        fix = functools.partial(_posthoc_fix, post, key)
+        items = _rewrite_samples(src, target / src.name.removesuffix(".gz"), fix)
+        _aggregate(new_results["results"][task], items)
+        replayed.append(task)
+    if not replayed:
+        raise ReplayError(
+            f"none of the corrections in {correction} ({sorted(post.corrections)}) is for a task "
+            f"of {results_file.name} ({', '.join(tasks)})"
+        )
+    cfg = new_results.setdefault("config", {})
+    _record_correction(cfg, correction)
+    new_results["lm_eval_robust_replay"] = {
+        "base_run": str(results_file),
+        "features": None,
+        "correction": str(correction),
+        # the logged scores, corrected as they are: their precision is the base run's
+        "rescored_from": None,
+        "tasks": replayed,
+        "corrections": {
+            correction_key(t): dict(fit_summary(post.corrections[correction_key(t)]))
+            for t in replayed
+        },
+        "radii_test": {},
+    }
+    return _write_results(new_results, replayed, target / results_file.name, stage)

@@ -31,13 +31,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from lm_eval.api.registry import register_model
 from lm_eval.models.vllm_causallms import VLLM
 
+from lm_eval_robust.checkpoint import checkpoint_fingerprint
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.offline_models import cache_dir, resolve_pretrained
@@ -62,37 +62,6 @@ class _Scored:
     logprobs: dict[int, float]
     top: int
     top_logprob: float
-
-
-def checkpoint_fingerprint(folder: str, tokenizer: Any) -> dict[str, Any]:
-    """:func:`lm_eval_robust.correction.model_fingerprint` of a checkpoint folder, read from its
-    config and its output layer's tensor alone (vLLM holds the model out of our reach)."""
-    from safetensors import safe_open
-    from transformers import AutoConfig
-
-    from lm_eval_robust.correction import model_fingerprint
-
-    cfg = AutoConfig.from_pretrained(folder)
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    tied = bool(getattr(text, "tie_word_embeddings", getattr(cfg, "tie_word_embeddings", False)))
-    tensors: dict[str, Any] = {}
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            for key in st.keys():
-                if key.endswith(("lm_head.weight", "lm_head.bias", "embed_tokens.weight")):
-                    tensors[key] = st.get_tensor(key)
-    head = [k for k in tensors if k.endswith("lm_head.weight")]
-    emb = [k for k in tensors if k.endswith("embed_tokens.weight")]
-    weight_key = (emb if tied or not head else head) or head
-    if not weight_key:
-        raise VLLMCorrectionError(
-            f"{folder}: no lm_head.weight or embed_tokens.weight in its *.safetensors files, so "
-            "corrections cannot be checked against it; use --model debiased_hf"
-        )
-    bias = next((tensors[k] for k in tensors if k.endswith("lm_head.bias")), None)
-    head_module = SimpleNamespace(weight=tensors[weight_key[0]], bias=bias)
-    shim = SimpleNamespace(config=cfg, get_output_embeddings=lambda: head_module)
-    return model_fingerprint(shim, tokenizer)
 
 
 def _file_sha(path: str) -> str:

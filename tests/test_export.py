@@ -87,6 +87,46 @@ def test_exported_model_gives_debiased_logits(
     assert (out / "modeling_lm_eval_robust.py").exists() == constant
 
 
+def test_the_exported_head_corrects_every_position(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Merged rows act wherever the head runs, not only at the answer position: the label
+    logits are corrected at every position, so the softmax of an earlier token (Gemma's "▁" of
+    " 1") moves by -log(1 - Σp + Σp e^{-b}) there, which debiased_hf (answer position only) does
+    not do. docs/engines.md ("Parity") measures this as the merged-ridge gap on vLLM."""
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_robust.correction import apply_correction, corrected_label_logprobs, load
+    from lm_eval_robust.export import export
+    from lm_eval_robust.model import last_positions_head
+
+    src = _model_dir(tiny_model_dir, tmp_path / "src", tied=True)
+    cpath = _correction(src, tmp_path / "c.safetensors", constant=False)
+    out = export(str(src), str(cpath), str(tmp_path / "out"), dtype="float32", constant="offset")
+    orig = AutoModelForCausalLM.from_pretrained(src).eval()
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    inps = torch.randint(3, 200, (2, 9))
+    pos = torch.arange(9).expand(2, 9)
+    with torch.no_grad(), last_positions_head(orig, pos) as cap:
+        raw = orig(inps).logits.double()
+    with torch.no_grad():
+        got = exported(inps).logits.double()
+    corr = load(cpath)
+    ids = corr.label_token_ids
+    fixed = apply_correction(corr, cap["hidden"], raw[..., ids].float()).double()
+    torch.testing.assert_close(got[..., ids], fixed, atol=1e-4, rtol=1e-4)
+    # an earlier position's token that is no label: its log-probability moves by the label
+    # tokens' renormalisation alone, as predicted from the original model
+    lp_raw, lp_got = raw.log_softmax(-1), got.log_softmax(-1)
+    b = (raw[..., ids] - fixed).numpy()
+    other = next(t for t in range(3, 200) if t not in ids)
+    for r in range(2):
+        for t in range(8):
+            lab = lp_raw[r, t, ids].numpy()
+            shift = corrected_label_logprobs(lab, b[r, t]) - (lab - b[r, t])
+            want = float(lp_raw[r, t, other]) + float(shift[0])
+            assert float(lp_got[r, t, other]) == pytest.approx(want, abs=1e-4)
+    assert float((lp_got[..., other] - lp_raw[..., other]).abs().max()) > 1e-3  # it moved
+
+
 def test_export_refuses_position_corrections(tiny_model_dir: Path, tmp_path: Path) -> None:
     from lm_eval_robust.correction import CorrectionError, load, save
     from lm_eval_robust.export import export

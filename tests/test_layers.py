@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.fit",
             "lm_eval_robust.fit.ridge",
             "lm_eval_robust.correction",
+            "lm_eval_robust.checkpoint",
             "lm_eval_robust.lora",
             "lm_eval_robust.lora_train",
             "lm_eval_robust.prefix_cache",
@@ -110,6 +111,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "lm_eval_robust.report.*",
             "lm_eval_robust.select",
+            "lm_eval_robust.replay_posthoc",
             "lm_eval_robust.replay",
             "lm_eval_robust.generation.table",
             "lm_eval_robust.generation.sweep",

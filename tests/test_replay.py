@@ -15,8 +15,11 @@ import pytest
 from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
 from lm_eval_robust.report.pairing import _fits, label_runs
 from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
+from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 TASK = "ni1284_format_pert"
+#: the robustness aggregations (recomputed by replay like every other metric)
+ROBUSTNESS = tuple(f"{m},none" for m in ROBUSTNESS_METRICS)
 MD = json.dumps({"n_examples": 12, "n_perturbations": 2})
 
 
@@ -99,8 +102,8 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
     results = json.loads(run.results_file.read_text())
     assert results["lm_eval_robust_replay"]["tasks"] == [TASK]
     real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
-    for key in ("bac_clean,none", "bac_pert,none", "auc_pert,none"):
-        assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9)
+    for key in (*ROBUSTNESS, "bac_clean,none", "bac_pert,none", "auc_pert,none"):
+        assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
     # the fit's radius change reaches the report: recorded by replay, read from the correction
     # file named in model_args for the real run, absent for the base run
     p_eps_v = corr.stats["radii"]["p_eps_V"]
@@ -153,9 +156,77 @@ def test_a_correction_that_moved_is_named_not_guessed(tmp_path: Path) -> None:
     assert fits == {} and len(notes) == 1 and "pickle" in notes[0]
 
 
-def test_replay_without_features_names_the_fix(tmp_path: Path) -> None:
+def test_replay_without_features_or_correction_names_the_fix(tmp_path: Path) -> None:
     run = tmp_path / "run" / "m"
     run.mkdir(parents=True)
     (run / "results_2026.json").write_text(json.dumps({"results": {TASK: {}}, "configs": {}}))
     with pytest.raises(ReplayError, match="collect_features"):
         replay(tmp_path / "run", tmp_path / "nofeats", tmp_path / "corr", tmp_path / "out")
+    with pytest.raises(ReplayError, match="give --correction"):
+        replay(tmp_path / "run", None, None, tmp_path / "out")
+    with pytest.raises(ReplayError, match="give --model FOLDER"):
+        replay(tmp_path / "run", None, tmp_path / "corr", tmp_path / "out")
+
+
+def test_replay_without_features_equals_a_real_debiased_run(
+    tiny_model_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """A calibration offset (no W) replayed on the logged scores alone, as for a run by any
+    engine: the same log-likelihoods (2e-4), predictions and metrics as debiased_hf applying it;
+    a ridge correction, another model and a missing model folder are refused in one line."""
+    from lm_eval_robust.correction import save
+    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.fit.run import FitSettings, fit_features
+
+    # features only to fit the corrections; the replay below is not given them
+    base = _run(tmp_path, tiny_model_dir, "base", collect_features=str(tmp_path / "feats"))
+    feats = load_features(tmp_path / "feats" / TASK)
+    calib = fit_features(feats, FitSettings(method="batch_calibration"))
+    assert calib.W is None and np.abs(calib.beta).max() > 0
+    save(calib, tmp_path / "calib" / f"{TASK}.safetensors")
+    real = _run(tmp_path, tiny_model_dir, "real", correction=str(tmp_path / "calib"))
+    replay(base, None, tmp_path / "calib", tmp_path / "replayed")
+    got, want, bare = _samples(tmp_path / "replayed"), _samples(real), _samples(base)
+    assert got.keys() == want.keys() == bare.keys() and len(got) >= 6
+    changed = 0
+    for k, s in want.items():
+        ll_real = [float(r[0][0]) for r in s["resps"]]
+        np.testing.assert_allclose([float(r[0][0]) for r in got[k]["resps"]], ll_real, atol=2e-4)
+        assert got[k]["bac_pert"]["pred"] == s["bac_pert"]["pred"]
+        changed += got[k]["bac_pert"]["pred"] != bare[k]["bac_pert"]["pred"]
+    assert changed > 0  # the offset moved predictions
+    results = json.loads(next((tmp_path / "replayed").glob("*/results_*.json")).read_text())
+    real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
+    base_res = json.loads(next(base.glob("*/results_*.json")).read_text())["results"][TASK]
+    moved = 0
+    for key in (*ROBUSTNESS, "bac_clean,none", "bac_pert,none", "auc_pert,none", "delta_drop,none"):
+        assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
+        moved += base_res[key] != pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
+    assert moved > 0  # the metrics compared are ones the offset changed
+    block = results["lm_eval_robust_replay"]
+    assert block["features"] is None and block["tasks"] == [TASK]
+    assert block["corrections"][TASK]["method"] == "batch_calibration"
+    # the label scores keep the base run's precision (float32 here): the report pairs them
+    base_cfg = json.loads(next(base.glob("*/results_*.json")).read_text())["config"]
+    assert results["config"]["label_score_dtype"] == base_cfg["label_score_dtype"]
+
+    ridge = fit_features(feats, FitSettings(method="ridge", lam=1e-2))
+    save(ridge, tmp_path / "ridge" / f"{TASK}.safetensors")
+    with pytest.raises(ReplayError, match="collect_features=DIR") as info:
+        replay(base, None, tmp_path / "ridge", tmp_path / "again")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ReplayError, match="--model"):
+        replay(base, None, tmp_path / "calib", tmp_path / "again", model=str(tmp_path / "nowhere"))
+    assert not (tmp_path / "again").exists()
+
+
+def test_the_model_folder_comes_from_the_run_or_model(tiny_model_dir: Path, tmp_path: Path):
+    """``local-completions`` names its checkpoint ``model=``, the HF engines ``pretrained=``."""
+    from lm_eval_robust.replay_posthoc import model_folder
+
+    served = {"model": str(tiny_model_dir), "base_url": "http://localhost:8000/v1/completions"}
+    assert model_folder(served, None) == str(tiny_model_dir)
+    assert model_folder({"pretrained": str(tiny_model_dir)}, None) == str(tiny_model_dir)
+    assert model_folder({"model": "some-api-model"}, str(tiny_model_dir)) == str(tiny_model_dir)
+    with pytest.raises(ReplayError, match="give --model FOLDER"):
+        model_folder({"model": "some-api-model"}, None)

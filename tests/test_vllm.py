@@ -34,8 +34,11 @@ META = {"n_examples": 8, "n_perturbations": 3}
 #: largest |log-likelihood difference| allowed between debiased_vllm and debiased_hf (float32
 #: both; vLLM's CPU kernels sum in another order)
 LL_TOL = 2e-3
-#: the ridge correction served from the merged float32 checkpoint: one product with merged rows
-#: instead of two (measured 2.5e-03 on these 12 docs, predictions identical)
+#: the ridge correction served from the merged float32 checkpoint: the merged rows of "1" and "2"
+#: also move the softmax where Gemma's shared leading piece "▁" of " 1"/" 2" is scored, which
+#: debiased_hf leaves alone, so both labels of a doc shift by the same amount (measured up to
+#: 2.5e-03 on these 12 docs, as predicted from the original model to 1e-05); the margins between
+#: labels, which every metric reads, agree to LL_TOL (measured 2.1e-05)
 LL_TOL_RIDGE = 5e-3
 ENGINE = {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048, "seed": 0}
 
@@ -64,6 +67,19 @@ def _compare(reqs: list[Any], ref: list[Any], got: list[Any]) -> tuple[float, fl
     agree = sum(pr[d] == pg[d] for d in pr) / len(pr)
     print(f"max |dll| {diff:.2e}, prediction agreement {agree:.1%} over {len(pr)} docs")
     return diff, agree
+
+
+def _margin_diff(reqs: list[Any], ref: list[Any], got: list[Any]) -> float:
+    """Largest difference between the two runs' label-minus-first-label margins of a doc."""
+    by_doc: dict[int, dict[int, tuple[float, float]]] = {}
+    for req, a, b in zip(reqs, ref, got, strict=True):
+        by_doc.setdefault(req.doc_id, {})[req.idx] = (a[0], b[0])
+    worst = 0.0
+    for lls in by_doc.values():
+        ra, rb = lls[min(lls)]
+        for a, b in lls.values():
+            worst = max(worst, abs((a - ra) - (b - rb)))
+    return worst
 
 
 def _corrections(model: Any, tok: Any, folder: Path) -> tuple[Path, Path]:
@@ -138,7 +154,9 @@ def test_ridge_served_from_the_exported_checkpoint(hf_scores: dict[str, Any]) ->
     finally:
         lm.close()
     diff, agree = _compare(reqs, hf_scores["ridge"], got)
-    assert diff < LL_TOL_RIDGE and agree == 1.0
+    margin = _margin_diff(reqs, hf_scores["ridge"], got)
+    print(f"max |margin difference| {margin:.2e}")
+    assert diff < LL_TOL_RIDGE and margin < LL_TOL and agree == 1.0
 
 
 def test_plain_vllm_runs_a_perturbed_task(tmp_path: Path) -> None:
