@@ -174,6 +174,10 @@ def test_cli_select_generation_per_layer(tiny_model_dir, data_dir, tmp_path, cap
         for row in sel["table"]:
             assert len(row["score_pert_folds"]) == 2
             assert 0.0 <= row["score_pert"] <= 1.0
+            assert row["n_prompts"] == n_prompts  # every train prompt held out once
+            assert 0 <= row["changed"] <= n_prompts
+        assert sel["table"][0]["changed"] == 0  # no correction changes nothing
+        assert [v[2] for v in line["cv"].values()] == [r["changed"] for r in sel["table"]]
         if sel["chosen"] == "none":
             assert np.allclose(corr.W, 0.0) and np.allclose(corr.beta, 0.0)
             assert "identity" in line["note"]
@@ -208,3 +212,17 @@ def test_cli_select_generation_bad_flags(tiny_model_dir, data_dir, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lm-eval-robust: error:")
     assert needle in err[0]
+
+
+def test_changed_counts_follow_the_call_order() -> None:
+    from lm_eval_robust.generation.gen_score import ScoreCall, add_changed_counts
+
+    table = [{"k": None}, {"k": 1}, {"k": 2}]
+    calls = [ScoreCall(None, None, 4, 0), ScoreCall(1, 0.1, 4, 1), ScoreCall(2, 0.1, 4, 3)] * 2
+    add_changed_counts(table, calls)
+    assert [r["changed"] for r in table] == [0, 2, 6]
+    assert [r["n_prompts"] for r in table] == [8, 8, 8]
+    with pytest.raises(ValueError, match="does not match"):
+        add_changed_counts(table, calls[1:] + calls[:1])
+    with pytest.raises(ValueError, match="do not fill"):
+        add_changed_counts(table, calls[:4])

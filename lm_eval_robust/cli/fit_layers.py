@@ -219,7 +219,11 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
     groups = [str(docs[i]["example_id"]) for i in pert]
     scorer = None
     if select is not None:
-        from lm_eval_robust.generation.gen_score import GenerationScorer, n_generations
+        from lm_eval_robust.generation.gen_score import (
+            GenerationScorer,
+            add_changed_counts,
+            n_generations,
+        )
 
         settings_n = len(select.ks) * len(select.lams_rel)
         scorer = GenerationScorer(
@@ -246,9 +250,10 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         if select is not None and scorer is not None:
             from lm_eval_robust.generation.select import select_by_generation
 
-            before = scorer.n_generated
+            before, first_call = scorer.n_generated, len(scorer.calls)
             corr = select_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
             info = corr.stats["generation_selection"]
+            add_changed_counts(info["table"], scorer.calls[first_call:])
             info["score"] = f"{task.metric} ({scorer.score_name})"
             info["gen_kwargs"] = gen_kwargs
             info["n_generations"] = scorer.n_generated - before
@@ -274,11 +279,13 @@ def _summary(key: str, layer: int, corr: Any, path: Path) -> dict[str, Any]:
                 "no (k, λ) beat no correction on the held-out train prompts: the file is an "
                 "identity correction (applying it changes nothing)"
             )
-        # mean held-out [clean, perturbed] score per setting ("none": no correction)
+        # mean held-out [clean, perturbed] score per setting ("none": no correction), and how
+        # many held-out answers the setting changed
         summary["cv"] = {
             ("none" if r["k"] is None else f"k={r['k']},lam_rel={r['lam_rel']:g}"): [
                 r["score_clean"],
                 r["score_pert"],
+                r.get("changed"),
             ]
             for r in sel["table"]
         }

@@ -7,23 +7,49 @@ generates them through ``debiased_hf``'s own :meth:`generate_until` with the can
 in place of ``layer_correction=`` (so the hook, its layer and its positions are the evaluation's),
 and scores every generation with the task's primary metric (exact match for NQ-open, TriviaQA
 and GSM8K, token F1 for XSum), as ``process_results`` does. Generations without a correction are
-the same for every layer and fold: each prompt's is generated once and kept.
+the same for every layer and fold: each prompt's is generated once and kept. Every call is
+recorded (:class:`ScoreCall`): the candidate's ``k`` and λ, the prompts and how many of their
+answers (cut at the stop sequences and normalised as exact match normalises them) differ from
+the uncorrected ones, which the table of a selection reports beside the scores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from tqdm import tqdm
 
 from lm_eval_robust.generation.fit import LayerCorrection
-from lm_eval_robust.generation.metrics import SCORES, score_generation
+from lm_eval_robust.generation.metrics import (
+    SCORES,
+    cut_at_stop,
+    normalise_answer,
+    score_generation,
+)
 from lm_eval_robust.generation.tasks import GenTask
 
-__all__ = ["GenerationLM", "GenerationScorer", "generation_kwargs", "n_generations"]
+__all__ = [
+    "GenerationLM",
+    "GenerationScorer",
+    "ScoreCall",
+    "add_changed_counts",
+    "generation_kwargs",
+    "n_generations",
+]
+
+
+@dataclass(frozen=True)
+class ScoreCall:
+    """One call of the scorer: the candidate (``k`` None: no correction) and its prompts."""
+
+    k: int | None
+    lam: float | None
+    n_prompts: int
+    n_changed: int  # answers that differ from the uncorrected model's
 
 
 class GenerationLM(Protocol):
@@ -83,6 +109,7 @@ class GenerationScorer:
         self.gen_kwargs = dict(gen_kwargs)
         self.score_name = SCORES[task.metric][0]
         self.n_generated = 0
+        self.calls: list[ScoreCall] = []
         self._base: dict[int, str] = {}
         self._bar = tqdm(
             total=total, desc=f"{key}: generation score", disable=disable_tqdm, leave=False
@@ -125,20 +152,51 @@ class GenerationScorer:
     def score_docs(self, corr: LayerCorrection | None, doc_ids: Sequence[int]) -> list[float]:
         """The task's primary score of each doc's generation with ``corr`` applied."""
         gens = self.generations(corr, doc_ids)
-        return [
-            score_generation(
-                self.task.metric, g, list(self.docs[int(i)]["answers"]), self.task.until
-            )[self.score_name]
-            for g, i in zip(gens, doc_ids, strict=True)
-        ]
+        return [self._score(g, int(i)) for g, i in zip(gens, doc_ids, strict=True)]
 
     def __call__(
         self, corr: LayerCorrection | None, te_c: np.ndarray, te_p: np.ndarray
     ) -> tuple[list[float], list[float]]:
         clean = [int(i) for i in self.clean_docs[np.asarray(te_c, dtype=np.int64)]]
         pert = [int(i) for i in self.pert_docs[np.asarray(te_p, dtype=np.int64)]]
-        scores = self.score_docs(corr, clean + pert)
+        ids = clean + pert
+        gens = self.generations(corr, ids)
+        base = self.generations(None, ids) if corr is not None else gens
+        changed = sum(self._answer(g) != self._answer(b) for g, b in zip(gens, base, strict=True))
+        self.calls.append(
+            ScoreCall(
+                None if corr is None else corr.k,
+                None if corr is None else corr.lam,
+                len(ids),
+                int(changed),
+            )
+        )
+        scores = [self._score(g, i) for g, i in zip(gens, ids, strict=True)]
         return scores[: len(clean)], scores[len(clean) :]
+
+    def _answer(self, generation: str) -> str:
+        return normalise_answer(cut_at_stop(generation, self.task.until))
+
+    def _score(self, generation: str, doc_id: int) -> float:
+        answers = list(self.docs[doc_id]["answers"])
+        scores = score_generation(self.task.metric, generation, answers, self.task.until)
+        return scores[self.score_name]
 
     def close(self) -> None:
         self._bar.close()
+
+
+def add_changed_counts(table: list[dict[str, Any]], calls: Sequence[ScoreCall]) -> None:
+    """Add ``changed`` and ``n_prompts`` (summed over the folds) to each row of a selection's
+    table, from the scorer's calls of that selection (fold by fold, each fold in table order)."""
+    if not table or len(calls) % len(table):
+        raise ValueError(f"{len(calls)} scorer calls do not fill a table of {len(table)} rows")
+    for row in table:
+        row["changed"] = 0
+        row["n_prompts"] = 0
+    for i, call in enumerate(calls):
+        row = table[i % len(table)]
+        if call.k != row["k"]:
+            raise ValueError(f"scorer call {i} (k={call.k}) does not match table row k={row['k']}")
+        row["changed"] += call.n_changed
+        row["n_prompts"] += call.n_prompts
