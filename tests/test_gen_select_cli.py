@@ -202,6 +202,12 @@ def test_cli_select_generation_per_layer(tiny_model_dir, data_dir, tmp_path, cap
             "greedy",
         ),
         (["--select", "generation"], "intermediate-layer fits"),
+        (["--layer", "0", "--select", "generation", "--gen_folds", "1"], "--gen_folds must be"),
+        (["--layer", "0", "--select", "generation", "--gen_folds", "4"], "n_train is 6"),
+        (
+            ["--layer", "0", "--select", "generation", "--clean_margin", "-1"],
+            "--clean_margin must be",
+        ),
     ],
 )
 def test_cli_select_generation_bad_flags(tiny_model_dir, data_dir, tmp_path, capsys, extra, needle):

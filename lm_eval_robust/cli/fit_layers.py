@@ -149,6 +149,10 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
             )
     margin = 0.01 if args.clean_margin is None else float(args.clean_margin)
     folds = DEFAULT_GEN_FOLDS if args.gen_folds is None else int(args.gen_folds)
+    if folds < 2:
+        raise UserError(f"--gen_folds must be at least 2, got {folds}; e.g. --gen_folds 3")
+    if not margin >= 0:
+        raise UserError(f"--clean_margin must be >= 0 (0.01 = one point), got {margin}")
     return LayerFitArgs(
         k=k,
         lam=lam,
@@ -190,6 +194,12 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
             clean_margin=flags.clean_margin,
         )
     config = GenConfig.from_metadata(parse_metadata(args.metadata))
+    if select is not None and config.n_train < 2 * select.n_folds:
+        raise UserError(
+            f"--select generation with {select.n_folds} folds needs at least "
+            f"{2 * select.n_folds} train examples (2 per fold), but n_train is {config.n_train}; "
+            "raise n_train in --metadata or lower --gen_folds"
+        )
     docs = build_docs(name, "text", "train", config)
     out = Path(args.out)
     task = get_task(name)
