@@ -271,7 +271,9 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
             corr = fit_layer_correction(xc, xp, pair, groups, k=flags.k, lam=flags.lam, **common)
         corr.stats["metadata"] = parse_metadata(args.metadata)
         path = save_layer_correction(corr, _out_path(out, key, layer, len(layers) > 1))
-        print(json.dumps(_summary(key, layer, corr, path)))
+        if scorer is not None:
+            scorer.clear_progress()
+        print(json.dumps(_summary(key, layer, corr, path)), flush=True)
     if scorer is not None:
         scorer.close()
     return 0

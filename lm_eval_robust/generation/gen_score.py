@@ -182,6 +182,10 @@ class GenerationScorer:
         scores = score_generation(self.task.metric, generation, answers, self.task.until)
         return scores[self.score_name]
 
+    def clear_progress(self) -> None:
+        """Clear the progress bar's line (before printing; the next update redraws it)."""
+        self._bar.clear()
+
     def close(self) -> None:
         self._bar.close()
 
