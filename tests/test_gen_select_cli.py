@@ -232,3 +232,21 @@ def test_changed_counts_follow_the_call_order() -> None:
         add_changed_counts(table, calls[1:] + calls[:1])
     with pytest.raises(ValueError, match="do not fill"):
         add_changed_counts(table, calls[:4])
+
+
+def test_generation_kwargs_are_the_task_yamls() -> None:
+    """The scorer's requests carry the generation settings the harness reads from our YAMLs."""
+    import yaml
+
+    from lm_eval_robust.generation.tasks import GEN_TASKS
+    from lm_eval_robust.generation.yamls import render_gen_yamls
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    files = render_gen_yamls("")
+    for short, task in GEN_TASKS.items():
+        rendered = yaml.load(files[f"_gen_{short}_text_pert_yaml"], Loader=Loader)
+        assert generation_kwargs(task) == rendered["generation_kwargs"]
+    assert generation_kwargs(get_task("xsum"), {"max_gen_toks": 5})["max_gen_toks"] == 5
