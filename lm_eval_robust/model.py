@@ -488,6 +488,19 @@ class DebiasedHFLM(HFLM):
                 out[i] = r
         return out
 
+    @contextmanager
+    def using_layer_corrections(self, corrections: Mapping[str, Any]) -> Iterator[None]:
+        """For a block, generate with ``corrections`` (task key -> layer correction) in place of
+        the loaded ``layer_correction=`` ones; an empty mapping generates without any. The same
+        :meth:`generate_until` as an evaluation runs (``fit --layer --select generation`` scores
+        candidate corrections this way)."""
+        saved = self._layer_corrections
+        self._layer_corrections = dict(corrections)
+        try:
+            yield
+        finally:
+            self._layer_corrections = saved
+
     def _model_generate(
         self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any
     ) -> torch.Tensor:

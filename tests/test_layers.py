@@ -65,6 +65,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.generation.layers",
             "lm_eval_robust.generation.fit",
             "lm_eval_robust.generation.select",
+            "lm_eval_robust.generation.gen_score",
             "lm_eval_robust.model",
             "lm_eval_robust.export",
             "lm_eval_robust.vllm_model",

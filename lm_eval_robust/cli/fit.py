@@ -60,13 +60,19 @@ def build_parser() -> CommandParser:
         "--clean_margin",
         type=float,
         default=None,
-        help="--method auto: how far (BAC, 0.01 = one point) a kind's held-out clean BAC may fall "
-        "below no correction's and still be chosen (default 0.01)",
+        help="--method auto / --select generation: how far (BAC or the task's score, 0.01 = "
+        "one point) a candidate's held-out clean score may fall below no correction's and still "
+        "be chosen (default 0.01)",
     )
     p.add_argument(
         "--auto_folds", type=int, default=5, help="--method auto: grouped CV folds (default 5)"
     )
-    p.add_argument("--seed", type=int, default=0, help="--method auto: seed of the fold assignment")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="--method auto / --select generation: seed of the fold assignment",
+    )
     p.add_argument("--lam", default="auto", help="ridge lambda, or 'auto' (grouped CV on train)")
     p.add_argument("--alpha", default="0", help="Gram penalty alpha, or 'auto' (CV on train)")
     p.add_argument("--psi", choices=["linear", "norm"], default="linear", help="ridge features ψ")
@@ -85,7 +91,43 @@ def build_parser() -> CommandParser:
         help="generation tasks: fit intermediate-layer debiasing at decoder layer L (0-based), "
         "a comma list, or 'sweep' (first, quarter, half, last); -o is then a folder",
     )
-    p.add_argument("--k", type=int, default=1, help="--layer: principal components debiased")
+    p.add_argument(
+        "--k", type=int, default=None, help="--layer: principal components debiased (default 1)"
+    )
+    p.add_argument(
+        "--select",
+        choices=["mse", "generation"],
+        default="mse",
+        help="--layer: how k and λ are chosen. mse (default): --k as given, --lam auto picks λ by "
+        "grouped CV of the squared error of the debiased shift (no generation). generation: "
+        "(k, λ) from --k_grid x --lam_grid by the task's metric (EM, F1) on held-out train "
+        "prompts generated with each candidate correction (grouped --gen_folds folds); costs "
+        "n_train_prompts x (1 + layers x grid size) generations, e.g. 60 x 7 = 420 for one layer "
+        "with the default grid",
+    )
+    p.add_argument(
+        "--k_grid",
+        default=None,
+        help="--select generation: candidate k values, a comma list (default 1,2)",
+    )
+    p.add_argument(
+        "--lam_grid",
+        default=None,
+        help="--select generation: candidate λ relative to the mean diagonal of the ridge Gram "
+        "matrix (the scale of --lam auto's grid 1e-4..1), a comma list (default 1e-4,1e-2,1)",
+    )
+    p.add_argument(
+        "--gen_folds",
+        type=int,
+        default=None,
+        help="--select generation: grouped folds of train examples (default 3)",
+    )
+    p.add_argument(
+        "--gen_kwargs",
+        default=None,
+        help="--select generation: generation settings as for lm_eval, e.g. max_gen_toks=16 "
+        "(use the ones the evaluation will use)",
+    )
     p.add_argument(
         "--positions",
         default="prompt",
@@ -141,6 +183,7 @@ def _fit_one(args: argparse.Namespace) -> int:
 
         return fit_layers(args, correction_key(args.task))
     key = perturbed_task(args.task)  # unknown or misspelt task: one line before any work
+    _refuse_layer_flags(args)
     from lm_eval_robust.tasks.ni import NIConfig
 
     NIConfig.from_metadata(parse_metadata(args.metadata))  # settings too, before the model loads
@@ -231,6 +274,27 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
     summary["out"] = str(out)
     print(json.dumps(summary))
     return 0
+
+
+def _refuse_layer_flags(args: argparse.Namespace) -> None:
+    """Flags of the intermediate-layer fit given to a classification fit: one line."""
+    given = [
+        flag
+        for flag, value in (
+            ("--select generation", args.select != "mse" or None),
+            ("--k", args.k),
+            ("--k_grid", args.k_grid),
+            ("--lam_grid", args.lam_grid),
+            ("--gen_folds", args.gen_folds),
+            ("--gen_kwargs", args.gen_kwargs),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UserError(
+            f"{', '.join(given)} belong to intermediate-layer fits of generation tasks; add "
+            "--layer L with a *_text_pert generation task, or drop them"
+        )
 
 
 def _refuse_fit_inputs(out: Any, feat_dir: Any) -> None:

@@ -9,7 +9,8 @@ every ``(k, λ_rel)`` of the grid a correction is fitted on the other folds
 prompts are generated with it and scored by the task's metric (``score``, supplied by the
 caller: the model's generation with the correction applied, then
 :func:`~lm_eval_robust.generation.metrics.score_generation`). No correction is scored the same
-way on the same prompts.
+way on the same prompts. ``score`` is called fold by fold, and within a fold once per row of the
+table in its order (no correction first, then ``k``-major, λ in grid order).
 
 Rule: among the settings whose mean held-out clean score is at least no correction's minus
 ``clean_margin``, the highest mean held-out perturbed score; ties (within ``tie_tol``) go to the
