@@ -13,6 +13,7 @@ import pytest
 from lm_eval_robust.generation.sweep import SweepError, main, paired_rows, read_samples
 
 TASK = "triviaqa_text_pert"
+PERT_CHANGES: dict[Path, int] = {}  # perturbed generations the synthetic L7 run changes
 
 
 def _write_run(folder: Path, clean: list[float], pert: list[list[float]], gz: bool = False) -> None:
@@ -23,7 +24,9 @@ def _write_run(folder: Path, clean: list[float], pert: list[list[float]], gz: bo
         for ex, c in enumerate(clean):
             v = c if pid == 0 else pert[ex][pid - 1]
             item = {"task": "triviaqa", "example_id": str(ex), "pert_id": pid, "scores": {"em": v}}
-            lines.append(json.dumps({"doc_id": len(lines), "em_clean": item, "em_pert": item}))
+            doc = {"example_id": str(ex), "pert_id": pid}
+            rec = {"doc_id": len(lines), "doc": doc, "filtered_resps": [f"answer {v:g}"]}
+            lines.append(json.dumps({**rec, "em_clean": item, "em_pert": item}))
     name = f"samples_{TASK}_2026-11-25T10-00-00.123456.jsonl"
     text = "\n".join(lines) + "\n"
     if gz:
@@ -43,6 +46,7 @@ def _sweep(tmp_path: Path) -> tuple[Path, np.ndarray]:
     p1 = np.maximum(p0, (rng.random((n, 2)) < 0.2).astype(float))
     _write_run(tmp_path / "runs" / "base", list(c0), p0.tolist())
     _write_run(tmp_path / "runs" / "L7" / "x", list(c1), p1.tolist())
+    PERT_CHANGES[tmp_path] = int(np.sum(p0 != p1))
     return tmp_path, np.column_stack([c0, p0.mean(1), c1, p1.mean(1)]) * 100
 
 
@@ -69,6 +73,9 @@ def test_paired_rows_match_hand_computed_means(tmp_path: Path) -> None:
     assert layer.delta_clean.value == pytest.approx(c1 - c0)
     assert layer.gain.value == pytest.approx(p1 - p0)
     assert layer.p_recover.value == pytest.approx(100 * (p1 - p0) / (c0 - p0))
+    # generations differ exactly where the synthetic score differs
+    n_diff = int(np.sum(m[:, 0] != m[:, 2])) + PERT_CHANGES[tmp_path]
+    assert layer.changed == (n_diff, 40 * 3)
     for cell in (base.clean, base.drop, layer.gain):
         assert cell.low <= cell.value <= cell.high
     # the MDE is 2.80 standard errors of the per-example differences

@@ -15,7 +15,9 @@ perturbations are drawn together, and the base and debiased runs draw the same e
 * ``mde``: the smallest true effect the comparison detects with 80 % power at the two-sided 5 %
   level, 2.80 × its standard error (the standard deviation of the per-example differences over
   the square root of the number of examples); an effect below it is not distinguishable from
-  noise at this size.
+  noise at this size;
+* ``generations changed``: how many of the base run's generations (clean and perturbed prompts)
+  the correction changed at all, whether or not the score moved.
 
 Scores are the task's primary metric in percent (EM for NQ-open, TriviaQA and GSM8K, F1 for
 XSum), averaged first over an example's perturbations, then over examples. Writes ``sweep.md``,
@@ -40,7 +42,7 @@ import numpy as np
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
 
-__all__ = ["Cell", "SweepRow", "main", "paired_rows", "read_samples", "render"]
+__all__ = ["Cell", "SweepRow", "main", "paired_rows", "read_responses", "read_samples", "render"]
 
 PRIMARY = {
     "nq_open_text_pert": "em",
@@ -87,6 +89,7 @@ class SweepRow:
     delta_clean: Cell | None = None
     gain: Cell | None = None
     p_recover: Cell | None = None
+    changed: tuple[int, int] = (0, 0)  # generations that differ from the base run's, of how many
 
 
 def _open(path: Path) -> Iterator[str]:
@@ -123,6 +126,35 @@ def read_samples(run: Path, task: str, score: str) -> dict[str, tuple[float, flo
         vals = [v for (e, _), v in pert.items() if e == ex]
         out[ex] = (c, float(sum(vals)), len(vals))
     return out
+
+
+def read_responses(run: Path, task: str) -> dict[tuple[str, int], str]:
+    """``(example_id, pert_id) -> generated text`` of one run's samples of ``task``."""
+    out: dict[tuple[str, int], str] = {}
+    for f in sorted(run.rglob("samples_*.jsonl*")):
+        m = _SAMPLES.match(f.name)
+        if not m or m[1] != task:
+            continue
+        for line in _open(f):
+            if line.strip():
+                rec = json.loads(line)
+                doc = rec.get("doc", {})
+                resp = rec.get("filtered_resps") or rec.get("resps") or [""]
+                text = resp[0][0] if isinstance(resp[0], list) else resp[0]
+                out[(str(doc.get("example_id")), int(doc.get("pert_id", 0)))] = str(text)
+    return out
+
+
+def _changed(base: Sequence[Path], other: Sequence[Path], task: str) -> tuple[int, int]:
+    """How many of the base run's generations the other run changed, of how many."""
+    a: dict[tuple[str, int], str] = {}
+    b: dict[tuple[str, int], str] = {}
+    for d in base:
+        a.update(read_responses(d, task))
+    for d in other:
+        b.update(read_responses(d, task))
+    common = a.keys() & b.keys()
+    return sum(a[k] != b[k] for k in common), len(common)
 
 
 def _labels(directory: Path) -> dict[str, list[Path]]:
@@ -221,6 +253,7 @@ def paired_rows(
                     Cell(cell[6].value, cell[6].low, cell[6].high, _mde(m[:, 2] - m[:, 0])),
                     Cell(cell[7].value, cell[7].low, cell[7].high, _mde(m[:, 3] - m[:, 1])),
                     cell[8],
+                    _changed(labels["base"], labels[label], task),
                 )
             )
     if not rows:
@@ -248,13 +281,13 @@ def render(rows: Sequence[SweepRow]) -> str:
             "examples, 95 % clustered BCa)",
             "",
             "| run | clean | perturbed | δ_drop | δ_clean vs base | gain vs base (pert) "
-            "| p_recover | MDE δ_drop / δ_clean / gain |",
-            "|---|---|---|---|---|---|---|---|",
+            "| p_recover | MDE δ_drop / δ_clean / gain | generations changed |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in sub:
             cells = [r.clean.text(), r.pert.text(), r.drop.text()]
             if r.label == "base":
-                cells += ["–", "–", "–", f"{_mde_text(r.drop)} / – / –"]
+                cells += ["–", "–", "–", f"{_mde_text(r.drop)} / – / –", "–"]
             else:
                 assert r.delta_clean is not None and r.gain is not None and r.p_recover
                 cells += [
@@ -262,6 +295,7 @@ def render(rows: Sequence[SweepRow]) -> str:
                     r.gain.text(),
                     r.p_recover.text(),
                     f"{_mde_text(r.drop)} / {_mde_text(r.delta_clean)} / {_mde_text(r.gain)}",
+                    f"{r.changed[0]}/{r.changed[1]}",
                 ]
             out.append(f"| {r.label} | " + " | ".join(cells) + " |")
         out.append("")
@@ -272,6 +306,7 @@ def _flat(rows: Sequence[SweepRow]) -> list[dict[str, object]]:
     flat: list[dict[str, object]] = []
     for r in rows:
         d: dict[str, object] = {"task": r.task, "label": r.label, "n_examples": r.n_examples}
+        d["changed"], d["generations"] = r.changed
         for name in ("clean", "pert", "drop", "delta_clean", "gain", "p_recover"):
             c = getattr(r, name)
             for part in ("value", "low", "high", "mde"):
