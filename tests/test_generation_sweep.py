@@ -19,7 +19,7 @@ PERT_CHANGES: dict[Path, int] = {}  # perturbed generations the synthetic L7 run
 def _write_run(folder: Path, clean: list[float], pert: list[list[float]], gz: bool = False) -> None:
     """A harness-shaped samples file: clean docs first, then the perturbation rounds."""
     (folder / "model").mkdir(parents=True)
-    lines = []
+    lines: list[str] = []
     for pid in range(len(pert[0]) + 1):
         for ex, c in enumerate(clean):
             v = c if pid == 0 else pert[ex][pid - 1]
