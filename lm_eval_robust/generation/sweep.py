@@ -40,17 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.generation.table import LABEL as _LABEL
+from lm_eval_robust.generation.table import PRIMARY
 from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
 
 __all__ = ["Cell", "SweepRow", "main", "paired_rows", "read_responses", "read_samples", "render"]
 
-PRIMARY = {
-    "nq_open_text_pert": "em",
-    "triviaqa_text_pert": "em",
-    "gsm8k_text_pert": "em",
-    "xsum_text_pert": "f1",
-}
-_LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)(?:_|$)")
 _SAMPLES = re.compile(r"^samples_(.+)_\d{4}-\d\d-\d\dT[\d\-.]+\.jsonl(?:\.gz)?$")
 Z_POWER = 1.959964 + 0.841621  # two-sided 5 % test, 80 % power
 

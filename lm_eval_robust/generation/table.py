@@ -25,7 +25,7 @@ PRIMARY = {
     "triviaqa_text_pert": "em",
     "xsum_text_pert": "f1",
 }
-_LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)(?:_|$)")
+LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)(?:_|$)")
 
 
 def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
@@ -33,7 +33,7 @@ def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
     for f in sorted((directory / "runs").glob("*/**/results_*.json")):
         run = f.relative_to(directory / "runs").parts[0]
-        m = _LABEL.match(run)
+        m = LABEL.match(run)
         if m is None:
             continue
         res = json.loads(f.read_text(encoding="utf-8"))["results"]
