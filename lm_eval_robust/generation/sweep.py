@@ -311,11 +311,13 @@ def _flat(rows: Sequence[SweepRow]) -> list[dict[str, object]]:
 
 
 def plot(rows: Sequence[SweepRow], path: Path) -> None:
-    """Per task: δ_clean and the perturbed gain of every layer with their intervals."""
+    """Per task with a layer run: δ_clean and the perturbed gain of every layer, with intervals."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    tasks = list(dict.fromkeys(r.task for r in rows))
+    tasks = list(dict.fromkeys(r.task for r in rows if r.label != "base"))
+    if not tasks:  # base runs only: nothing to compare
+        return
     fig = Figure(figsize=(5.2 * len(tasks), 3.6), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(tasks), squeeze=False)[0]
@@ -340,7 +342,8 @@ def plot(rows: Sequence[SweepRow], path: Path) -> None:
                 label=label,
             )
         ax.axhline(0.0, color="grey", lw=0.8)
-        ax.axhline(-base.drop.value, color="#2ca02c", lw=0.8, ls="--", label="full recovery")
+        if base.drop.value < 0:  # the gain that would close the base run's drop
+            ax.axhline(-base.drop.value, color="#2ca02c", lw=0.8, ls="--", label="full recovery")
         ax.set_xticks(x, [r.label for r in sub])
         ax.set_title(
             f"{task.removesuffix('_text_pert')}: base {base.clean.value:.1f} → "
@@ -380,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "sweep.json").write_text(
         json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True), encoding="utf-8"
     )
+    (out / "sweep.png").unlink(missing_ok=True)
     plot(rows, out / "sweep.png")
     print(text, end="")
     return 0
