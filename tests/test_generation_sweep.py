@@ -125,3 +125,16 @@ def test_cli_writes_the_tables_and_the_plot(
     assert main([str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no runs/ folder" in err[0]
+
+
+def test_a_corrupt_or_cut_samples_file_is_one_line_error(tmp_path: Path) -> None:
+    _write_run(tmp_path / "a" / "runs" / "base", [1.0, 0.0], [[1.0], [0.0]])
+    f = next((tmp_path / "a").rglob("samples_*.jsonl"))
+    f.write_text(f.read_text(encoding="utf-8") + '{"doc_id": 9, "em_cl\n', encoding="utf-8")
+    with pytest.raises(SweepError, match=r":5: not valid JSON .*rerun that label"):
+        paired_rows(tmp_path / "a", n_resamples=200)
+    _write_run(tmp_path / "b" / "runs" / "base", [1.0, 0.0], [[1.0], [0.0]], gz=True)
+    g = next((tmp_path / "b").rglob("samples_*.jsonl.gz"))
+    g.write_bytes(g.read_bytes()[:-12])  # a run cut halfway: the gzip stream ends early
+    with pytest.raises(SweepError, match=r"cannot be read.*rerun that label"):
+        paired_rows(tmp_path / "b", n_resamples=200)

@@ -34,8 +34,9 @@ import math
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,16 @@ from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
 from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
 
-__all__ = ["Cell", "SweepRow", "main", "paired_rows", "read_responses", "read_samples", "render"]
+__all__ = [
+    "Cell",
+    "RunSamples",
+    "SweepRow",
+    "main",
+    "paired_rows",
+    "read_run",
+    "read_samples",
+    "render",
+]
 
 _SAMPLES = re.compile(r"^samples_(.+)_\d{4}-\d\d-\d\dT[\d\-.]+\.jsonl(?:\.gz)?$")
 Z_POWER = 1.959964 + 0.841621  # two-sided 5 % test, 80 % power
@@ -87,27 +97,46 @@ class SweepRow:
     changed: tuple[int, int] = (0, 0)  # generations that differ from the base run's, of how many
 
 
-def _open(path: Path) -> Iterator[str]:
+@dataclass(frozen=True)
+class RunSamples:
+    """One run's samples of one task, read in one pass.
+
+    ``scores``: ``example_id -> (clean score, sum of perturbed scores, number of perturbations)``;
+    ``texts``: ``(example_id, pert_id) -> generated text``.
+    """
+
+    scores: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    texts: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Numbered JSON records of a samples file; a one-line error for a corrupt or cut file."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        yield from fh
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if line.strip():
+                    yield n, json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SweepError(f"{path}:{n}: not valid JSON ({exc.msg}); rerun that label") from None
+    except (OSError, EOFError) as exc:
+        raise SweepError(f"{path}: cannot be read ({exc}); rerun that label") from None
 
 
-def read_samples(run: Path, task: str, score: str) -> dict[str, tuple[float, float, int]]:
-    """``example_id -> (clean score, sum of perturbed scores, number of perturbations)``."""
+def read_run(run: Path, task: str, score: str) -> RunSamples:
+    """The samples of ``task`` under one run folder (empty when it holds none)."""
     files = sorted(
         f for f in run.rglob("samples_*.jsonl*") if (m := _SAMPLES.match(f.name)) and m[1] == task
     )
     if not files:
-        return {}
+        return RunSamples()
     if len(files) > 1:
         raise SweepError(f"{run}: {len(files)} sample files of {task}; keep one run per folder")
     clean: dict[str, float] = {}
-    pert: dict[tuple[str, int], float] = {}
-    for line in _open(files[0]):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
+    pert_sum: dict[str, float] = {}
+    pert_n: dict[str, int] = {}
+    texts: dict[tuple[str, int], str] = {}
+    for _, rec in _lines(files[0]):
         item = rec.get(f"{score}_clean")
         if not isinstance(item, dict) or score not in item.get("scores", {}):
             raise SweepError(f"{files[0]}: no {score!r} score per doc; rerun with --log_samples")
@@ -115,41 +144,33 @@ def read_samples(run: Path, task: str, score: str) -> dict[str, tuple[float, flo
         if pid == 0:
             clean[ex] = v
         else:
-            pert[(ex, pid)] = v
-    out: dict[str, tuple[float, float, int]] = {}
-    for ex, c in clean.items():
-        vals = [v for (e, _), v in pert.items() if e == ex]
-        out[ex] = (c, float(sum(vals)), len(vals))
-    return out
+            pert_sum[ex] = pert_sum.get(ex, 0.0) + v
+            pert_n[ex] = pert_n.get(ex, 0) + 1
+        resp = rec.get("filtered_resps") or rec.get("resps") or [""]
+        texts[(ex, pid)] = str(resp[0][0] if isinstance(resp[0], list) else resp[0])
+    scores = {ex: (c, pert_sum.get(ex, 0.0), pert_n.get(ex, 0)) for ex, c in clean.items()}
+    return RunSamples(scores, texts)
 
 
-def read_responses(run: Path, task: str) -> dict[tuple[str, int], str]:
-    """``(example_id, pert_id) -> generated text`` of one run's samples of ``task``."""
-    out: dict[tuple[str, int], str] = {}
-    for f in sorted(run.rglob("samples_*.jsonl*")):
-        m = _SAMPLES.match(f.name)
-        if not m or m[1] != task:
-            continue
-        for line in _open(f):
-            if line.strip():
-                rec = json.loads(line)
-                doc = rec.get("doc", {})
-                resp = rec.get("filtered_resps") or rec.get("resps") or [""]
-                text = resp[0][0] if isinstance(resp[0], list) else resp[0]
-                out[(str(doc.get("example_id")), int(doc.get("pert_id", 0)))] = str(text)
-    return out
+def read_samples(run: Path, task: str, score: str) -> dict[str, tuple[float, float, int]]:
+    """``example_id -> (clean score, sum of perturbed scores, number of perturbations)``."""
+    return read_run(run, task, score).scores
 
 
-def _changed(base: Sequence[Path], other: Sequence[Path], task: str) -> tuple[int, int]:
+def _load(dirs: Sequence[Path], task: str, score: str) -> RunSamples:
+    """A label's runs of ``task`` merged (a label may span several output folders)."""
+    merged = RunSamples()
+    for d in dirs:
+        one = read_run(d, task, score)
+        merged.scores.update(one.scores)
+        merged.texts.update(one.texts)
+    return merged
+
+
+def _changed(base: RunSamples, other: RunSamples) -> tuple[int, int]:
     """How many of the base run's generations the other run changed, of how many."""
-    a: dict[tuple[str, int], str] = {}
-    b: dict[tuple[str, int], str] = {}
-    for d in base:
-        a.update(read_responses(d, task))
-    for d in other:
-        b.update(read_responses(d, task))
-    common = a.keys() & b.keys()
-    return sum(a[k] != b[k] for k in common), len(common)
+    common = base.texts.keys() & other.texts.keys()
+    return sum(base.texts[k] != other.texts[k] for k in common), len(common)
 
 
 def _labels(directory: Path) -> dict[str, list[Path]]:
@@ -164,13 +185,6 @@ def _labels(directory: Path) -> dict[str, list[Path]]:
     if "base" not in out:
         raise SweepError(f"{runs}: no base run (runs/base...); run the model without a correction")
     return out
-
-
-def _scores(dirs: Sequence[Path], task: str, score: str) -> dict[str, tuple[float, float, int]]:
-    merged: dict[str, tuple[float, float, int]] = {}
-    for d in dirs:
-        merged.update(read_samples(d, task, score))
-    return merged
 
 
 def _matrix(
@@ -215,12 +229,14 @@ def paired_rows(
     labels = _labels(directory)
     rows: list[SweepRow] = []
     for task, score in PRIMARY.items():
-        base = _scores(labels["base"], task, score)
+        base_run = _load(labels["base"], task, score)
+        base = base_run.scores
         if not base:
             continue
         others = sorted((k for k in labels if k != "base"), key=_label_key)
         for label in ["base", *others]:
-            other = None if label == "base" else _scores(labels[label], task, score)
+            other_run = None if label == "base" else _load(labels[label], task, score)
+            other = None if other_run is None else other_run.scores
             if other is not None and not other:
                 continue
             try:
@@ -248,7 +264,7 @@ def paired_rows(
                     Cell(cell[6].value, cell[6].low, cell[6].high, _mde(m[:, 2] - m[:, 0])),
                     Cell(cell[7].value, cell[7].low, cell[7].high, _mde(m[:, 3] - m[:, 1])),
                     cell[8],
-                    _changed(labels["base"], labels[label], task),
+                    _changed(base_run, other_run) if other_run is not None else (0, 0),
                 )
             )
     if not rows:
