@@ -138,3 +138,14 @@ def test_a_corrupt_or_cut_samples_file_is_one_line_error(tmp_path: Path) -> None
     g.write_bytes(g.read_bytes()[:-12])  # a run cut halfway: the gzip stream ends early
     with pytest.raises(SweepError, match=r"cannot be read.*rerun that label"):
         paired_rows(tmp_path / "b", n_resamples=200)
+
+
+def test_variant_labels_are_their_own_rows_in_layer_order(tmp_path: Path) -> None:
+    # ``L14-k4_triviaqa`` (another k) is a row of its own beside ``L14_triviaqa``, after ``L7``
+    folder, _ = _sweep(tmp_path)
+    clean, pert = [1.0] * 40, [[0.0, 1.0]] * 40
+    _write_run(folder / "runs" / "L14-k4_triviaqa", clean, pert)
+    _write_run(folder / "runs" / "L14_triviaqa", clean, pert)
+    _write_run(folder / "runs" / "notalabel", clean, pert)
+    labels = [r.label for r in paired_rows(folder, n_resamples=200)]
+    assert labels == ["base", "L7", "L14", "L14-k4"]

@@ -2,7 +2,8 @@
 
 ``python -m lm_eval_robust.generation.sweep DIR [-o OUT] [--resamples N]`` reads the samples of
 ``DIR/runs/<label>...`` (harness output folders made with ``--log_samples``; ``<label>`` is
-``base`` for no correction or ``L<layer>[-<positions>]``, optionally followed by ``_<group>``)
+``base`` for no correction or ``L<layer>[-<variant>...]`` such as ``L14-k4``, optionally followed
+by ``_<group>``)
 and pairs every debiased run with the base run example by example. Per task it reports, each with
 a 95 % BCa interval from a bootstrap clustered by example (an example's clean prompt and all its
 perturbations are drawn together, and the base and debiased runs draw the same examples):

@@ -1,11 +1,12 @@
 """The Table-4-shaped summary of a layer sweep: ``python -m lm_eval_robust.generation.table DIR``.
 
 ``DIR/runs/<label>_<group>/`` are harness output folders (``--output_path``); ``<label>`` is
-``base`` (no correction) or ``L<layer>`` / ``L<layer>-<positions>`` (with that layer's
-correction); a label's groups are merged. Per task: the base model's clean and perturbed score and
-``δ_drop`` = perturbed − clean (negative is a drop; the paper prints its magnitude), each with the
-95 % normal interval of its clustered bootstrap standard error (``<metric>_stderr`` in the run's
-results: examples resampled with all their prompts), then per debiased label
+``base`` (no correction) or ``L<layer>``, optionally with ``-<variant>`` parts such as
+``L14-k4`` or ``L7-all`` (with that layer's correction); a label's groups are merged. Per task:
+the base model's clean and perturbed score and ``δ_drop`` = perturbed − clean (negative is a
+drop; the paper prints its magnitude), each with the 95 % normal interval of its clustered
+bootstrap standard error (``<metric>_stderr`` in the run's results: examples resampled with all
+their prompts), then per debiased label
 ``p_recover = 100 (pert_debiased − pert_base) / (clean_base − pert_base)`` (n/a when there is no
 drop) and ``δ_clean`` = clean_debiased − clean_base. Scores: EM for NQ-open,
 TriviaQA and GSM8K, F1 for XSum, in percent.
@@ -25,7 +26,7 @@ PRIMARY = {
     "triviaqa_text_pert": "em",
     "xsum_text_pert": "f1",
 }
-LABEL = re.compile(r"^(base|L\d+(?:-[a-z]+)?)(?:_|$)")
+LABEL = re.compile(r"^(base|L\d+(?:-[a-z0-9]+)*)(?:_|$)")
 
 
 def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
