@@ -225,3 +225,15 @@ def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
     assert "| L4 p_recover | 50.0 |" in text and "| L4 δ_clean | -2.0 |" in text
     assert "| L17-all p_recover | -50.0 |" in text
     assert text.index("L4 p_recover") < text.index("L17-all p_recover")
+
+
+def test_table_p_recover_needs_a_drop(tmp_path: Path) -> None:
+    # the base run's perturbed score above its clean one is no drop: nothing to recover
+    from lm_eval_robust.generation.table import read_runs, render
+
+    for label, clean, pert in (("base", 4.0, 5.0), ("L7", 4.0, 4.0)):
+        d = tmp_path / "runs" / f"{label}_qa" / "model"
+        d.mkdir(parents=True)
+        res = {"em_clean,none": clean, "em_pert,none": pert, "em_drop,none": pert - clean}
+        (d / "results_1.json").write_text(json.dumps({"results": {"nq_open_text_pert": res}}))
+    assert "| L7 p_recover | n/a (no drop) |" in render(read_runs(tmp_path))

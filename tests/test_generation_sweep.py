@@ -98,6 +98,14 @@ def test_same_seed_same_intervals_and_no_drop_means_no_recovery(tmp_path: Path) 
     rows = paired_rows(flat, n_resamples=500)
     assert rows[1].p_recover is not None and math.isnan(rows[1].p_recover.value)
     assert rows[0].drop.value == 0.0 and math.isnan(rows[0].drop.mde)
+    # perturbed above clean is no drop either: a correction that lowers the perturbed score back
+    # is not "100 % recovery"
+    up = tmp_path / "up"
+    _write_run(up / "runs" / "base", [1.0, 0.0, 0.0], [[1.0], [1.0], [0.0]])
+    _write_run(up / "runs" / "L7", [1.0, 0.0, 0.0], [[1.0], [0.0], [0.0]])
+    rows = paired_rows(up, n_resamples=500)
+    assert rows[0].drop.value > 0 and rows[1].gain is not None and rows[1].gain.value < 0
+    assert rows[1].p_recover is not None and math.isnan(rows[1].p_recover.value)
 
 
 def test_mismatched_examples_and_missing_base_are_refused(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ perturbations are drawn together, and the base and debiased runs draw the same e
 * base: clean score, perturbed score and ``δ_drop`` = perturbed − clean (negative is a drop);
 * per layer: its clean and perturbed scores, ``δ_drop`` with the correction, ``δ_clean`` =
   clean_L − clean_base, ``gain`` = pert_L − pert_base and ``p_recover`` = 100 gain / (clean_base
-  − pert_base) (undefined when the base run has no drop; resamples where the drop vanishes are
-  left out, and no interval is given when more than 1 % of them do);
+  − pert_base) (undefined when the base run has no drop, its perturbed score at or above the
+  clean one; resamples without a drop are left out, and no interval is given when more than 1 %
+  of them are);
 * ``mde``: the smallest true effect the comparison detects with 80 % power at the two-sided 5 %
   level, 2.80 × its standard error (the standard deviation of the per-example differences over
   the square root of the number of examples); an effect below it is not distinguishable from
@@ -212,7 +213,9 @@ def _stats(m: np.ndarray) -> np.ndarray:
     """``m [b, 5]`` weighted sums of ``[c0, p0, c1, p1, 1]`` -> the eight figures."""
     c0, p0, c1, p1 = (m[:, i] / m[:, 4] for i in range(4))
     with np.errstate(divide="ignore", invalid="ignore"):
-        rec = np.where(np.abs(c0 - p0) > 1e-9, 100 * (p1 - p0) / (c0 - p0), np.nan)
+        # defined only where the base run drops (clean above perturbed): with no drop, or a
+        # perturbed score above the clean one, there is nothing to recover
+        rec = np.where(c0 - p0 > 1e-9, 100 * (p1 - p0) / (c0 - p0), np.nan)
     return np.stack([c0, p0, p0 - c0, c1, p1, p1 - c1, c1 - c0, p1 - p0, rec], axis=1)
 
 

@@ -99,7 +99,7 @@ def render(runs: dict[str, dict[str, dict[str, float]]]) -> str:
                 continue
             assert c0 is not None and p0 is not None and c1 is not None and p1 is not None
             dmg = c0 - p0
-            rec.append(_fmt(100 * (p1 - p0) / dmg) if abs(dmg) > 1e-9 else "n/a (no drop)")
+            rec.append(_fmt(100 * (p1 - p0) / dmg) if dmg > 1e-9 else "n/a (no drop)")
             dcl.append(_fmt(c1 - c0))
         row(f"{label} p_recover", rec)
         row(f"{label} δ_clean", dcl)
