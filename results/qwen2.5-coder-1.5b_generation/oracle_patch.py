@@ -18,11 +18,10 @@ Run from the repository root, in the project's venv, with the data directory as 
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lm_eval_robust.generation.layers import decoder_layers
 from lm_eval_robust.generation.metrics import cut_at_stop, score_generation
+from lm_eval_robust.generation.sweep import read_run
 from lm_eval_robust.generation.tasks import build_docs, get_task
 from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
 from lm_eval_robust.offline_models import resolve_pretrained
@@ -83,18 +83,6 @@ def batches(n: int) -> Iterator[slice]:
         yield slice(i, min(i + BATCH, n))
 
 
-def harness_texts() -> dict[tuple[str, int], str]:
-    """The base run's generations, to check this script generates what the harness did."""
-    f = next((HERE / "runs" / "base").glob(f"**/samples_{TASK}_text_pert_*.jsonl*"))
-    opener = gzip.open if f.suffix == ".gz" else open
-    out = {}
-    with opener(f, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            r = json.loads(line)
-            out[(str(r["doc"]["example_id"]), int(r["doc"]["pert_id"]))] = r["filtered_resps"][0]
-    return out
-
-
 def main(limit: int | None = None) -> None:
     """``limit``: a smoke test on the first examples; prints, writes nothing."""
     torch.manual_seed(0)
@@ -118,7 +106,9 @@ def main(limit: int | None = None) -> None:
     states: dict[int, list[torch.Tensor]] = {L: [] for L in LAYERS}
     with torch.inference_mode():
         for s in tqdm(list(batches(n)), desc="clean (recording states)"):
-            with contextlib_all(blocks, states):
+            with ExitStack() as stack:  # record every layer of ``states`` in the one pass
+                for L in LAYERS:
+                    stack.enter_context(at_layer(blocks[L], states[L], None))
                 texts["clean"] += generate(model, tok, [d["prompt"] for d in clean[s]])
         for s in tqdm(list(batches(n)), desc="perturbed"):
             texts["pert"] += generate(model, tok, [d["prompt"] for d in pert_docs[s]])
@@ -130,7 +120,8 @@ def main(limit: int | None = None) -> None:
                 with at_layer(blocks[L], None, clean_states[s]):
                     texts[key] += generate(model, tok, [d["prompt"] for d in pert_docs[s]])
 
-    ref = harness_texts()
+    # the base run's generations, to check this script generates what the harness did
+    ref = read_run(HERE / "runs" / "base", f"{TASK}_text_pert", "em").texts
     same = sum(
         cut_at_stop(t, task.until).strip()
         == cut_at_stop(ref[(d["example_id"], 0)], task.until).strip()
@@ -206,19 +197,6 @@ def write_md(result: dict[str, Any]) -> None:
         )
     (HERE / "oracle_patch.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
-
-
-@contextmanager
-def contextlib_all(blocks: torch.nn.ModuleList, states: dict[int, list[torch.Tensor]]):
-    """Record the last prompt token's state at every layer of ``states`` at once."""
-    hooks = [at_layer(blocks[L], states[L], None) for L in states]
-    for h in hooks:
-        h.__enter__()
-    try:
-        yield
-    finally:
-        for h in hooks:
-            h.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
