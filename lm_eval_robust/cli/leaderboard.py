@@ -15,7 +15,11 @@ from pathlib import Path
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
 from lm_eval_robust.errors import UserError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["LEADERBOARD_FILES", "build_parser", "main"]
+
+#: what a leaderboard folder holds (an existing -o is replaced whole only when it holds nothing
+#: else)
+LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "*.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,13 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_leaderboard(args: argparse.Namespace) -> str:
-    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
     from lm_eval_robust.report.leaderboard import build_leaderboard, to_csv, to_json, to_markdown
     from lm_eval_robust.report.pairing import label_runs
 
-    check_bootstrap_flags(args.resamples, args.confidence)
+    check_bootstrap_flags(args.resamples, args.confidence, args.seed)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
-    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    refuse_overwrite(args.out, "-o", run_inputs(args.runs))
+    check_replaceable(args.out, "-o", "leaderboard", LEADERBOARD_FILES)
     runs = label_runs(args.runs, labels)
     lb = build_leaderboard(runs, args.resamples, args.confidence, args.seed)
     markdown = to_markdown(lb)

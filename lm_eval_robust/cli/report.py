@@ -26,7 +26,10 @@ from lm_eval_robust.report.tables import (
     to_markdown,
 )
 
-__all__ = ["build_parser", "main"]
+__all__ = ["REPORT_FILES", "build_parser", "main"]
+
+#: what a report folder holds (an existing -o is replaced whole only when it holds nothing else)
+REPORT_FILES = ("report.md", "report.csv", "report.json", "*.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ReportSettings:
-    check_bootstrap_flags(args.resamples, args.confidence)
+    check_bootstrap_flags(args.resamples, args.confidence, args.seed)
     try:
         named = CertConfig.named(args.certificate, phi=args.phi, psi=args.psi, seed=args.seed)
         cert = replace(
@@ -99,10 +102,14 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
 
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
-    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
 
     settings = _settings(args)
-    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    inputs = run_inputs(args.runs)
+    if args.tasks and args.tasks.endswith(".json"):
+        inputs.append(("targets file", args.tasks))
+    refuse_overwrite(args.out, "-o", inputs)
+    check_replaceable(args.out, "-o", "report", REPORT_FILES)
     with StagedDir() as stage:
         out = stage.open(Path(args.out), "report")
         markdown = _write_report(args, settings, out)

@@ -119,7 +119,11 @@ class Leaderboard:
 
 
 def _base_task(task: str) -> str:
-    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``."""
+    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a split other than the test
+    split keeps its name (``ni065_holdout``): its examples are other ones, not the same task."""
+    for split in ("_holdout", "_train"):
+        if task.endswith(split):
+            return task.split("_", 1)[0] + split
     return task.split("_", 1)[0]
 
 
@@ -175,7 +179,7 @@ def build_leaderboard(
             "with --labels"
         )
     rows: list[LeaderboardRow] = []
-    designs: dict[str, str] = {}
+    designs_seen: dict[str, set[str]] = {}
     notes: list[str] = []
     kinds_seen: list[str] = []
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
@@ -189,7 +193,7 @@ def build_leaderboard(
                 notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
                 continue
             meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
-            designs[task] = str(meta.get("design", "nested"))
+            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
             items = tr.item_list()
             table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
@@ -248,6 +252,8 @@ def build_leaderboard(
                 )
     if not rows:
         raise LeaderboardError("no perturbed task in the runs; run a *_pert or *_lb task first")
+    # every design a task was run with, whatever the order of the runs
+    designs = {t: "+".join(sorted(d)) for t, d in designs_seen.items()}
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
@@ -296,7 +302,7 @@ def _row_cells(r: LeaderboardRow) -> list[str]:
 
 def to_markdown(lb: Leaderboard) -> str:
     level = round(100 * lb.confidence)
-    design = sorted(set(lb.designs.values()))
+    design = sorted({d for v in lb.designs.values() for d in v.split("+")})
     parts = [
         "# Robustness leaderboard",
         "",
