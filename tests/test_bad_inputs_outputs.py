@@ -484,6 +484,21 @@ CASES: list[Case] = [
         (r"must be fractions in \[0, 1\] \(0.7, 0.01\)", r"got 70.0"),
         argv=lambda w: ["select", str(w / "run"), "--min_clean_bac", "70"],
     ),
+    Case(
+        "run-tasks-typo",
+        (r"unknown task\(s\) in --tasks: ni065_format_prt", r"did you mean 'ni065_format_pert'"),
+        argv=lambda w: [
+            "run",
+            "--model",
+            "debiased_hf",
+            "--model_args",
+            f"pretrained={w / 'model'}",
+            "--tasks",
+            "ni065_format_prt",
+            "--output_path",
+            str(w / "out"),
+        ],
+    ),
     # --- generation selection: refused before the model loads ---------------------------------
     Case(
         "layer-fit-max-gen-toks-negative",

@@ -15,12 +15,31 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.validate import (
+    CONFIDENCE_MAX,
+    CONFIDENCE_MIN,
+    RESAMPLES_MAX,
+    RESAMPLES_MIN,
+    SEED_MAX,
+    check_confidence,
+    check_resamples,
+    check_seed,
+)
 
 __all__ = [
+    "CONFIDENCE_MAX",
+    "CONFIDENCE_MIN",
     "PROG",
+    "RESAMPLES_MAX",
+    "RESAMPLES_MIN",
+    "SEED_MAX",
     "CommandParser",
     "HelpFormatter",
     "add_model_flags",
+    "check_bootstrap_flags",
+    "check_confidence",
+    "check_resamples",
+    "check_seed",
     "known_tasks",
     "model_kwargs",
     "normalise_flags",
@@ -209,37 +228,6 @@ def known_tasks() -> set[str]:
             if key in ("task", "tag", "group") and value.strip():
                 names.add(value.strip())
     return names
-
-
-#: bootstrap resamples every command accepts: fewer make the CIs' tails noise, more cost minutes
-#: and gigabytes per task for no visible change (the paper uses 10 000)
-RESAMPLES_MIN, RESAMPLES_MAX = 100, 100_000
-#: CI levels every command accepts
-CONFIDENCE_MIN, CONFIDENCE_MAX = 0.5, 0.999
-#: seeds numpy accepts
-SEED_MAX = 2**32 - 1
-
-
-def check_resamples(resamples: int, flag: str = "--resamples") -> None:
-    """Bootstrap resamples, with the same bounds in every command."""
-    if not RESAMPLES_MIN <= resamples <= RESAMPLES_MAX:
-        raise UserError(
-            f"{flag} must be between {RESAMPLES_MIN} and {RESAMPLES_MAX:,}; got {resamples} "
-            "(10000 is the paper's)"
-        )
-
-
-def check_confidence(confidence: float, flag: str = "--confidence") -> None:
-    if not CONFIDENCE_MIN <= confidence <= CONFIDENCE_MAX:
-        raise UserError(
-            f"{flag} must be between {CONFIDENCE_MIN} and {CONFIDENCE_MAX}; got {confidence} "
-            "(e.g. 0.95)"
-        )
-
-
-def check_seed(seed: int, flag: str = "--seed") -> None:
-    if not 0 <= seed <= SEED_MAX:
-        raise UserError(f"{flag} must be between 0 and {SEED_MAX}; got {seed}")
 
 
 def check_bootstrap_flags(resamples: int, confidence: float, seed: int = 0) -> None:

@@ -40,7 +40,6 @@ from lm_eval_robust.correction import (
     CorrectionError,
     check_model_fingerprint,
     read_safetensors,
-    write_atomic,
 )
 from lm_eval_robust.fit.ridge import fit_ridge, grouped_folds
 from lm_eval_robust.generation.layers import POSITIONS, decoder_layers, layer_debias
@@ -271,7 +270,9 @@ def save_layer_correction(corr: LayerCorrection, path: str | os.PathLike[str]) -
         "beta": np.ascontiguousarray(corr.beta),
     }
     data = st_save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True)})
-    return write_atomic(data, Path(path))
+    from lm_eval_robust.atomic import write_file
+
+    return write_file(data, Path(path), "correction", CorrectionError)
 
 
 def load_layer_correction(path: str | os.PathLike[str]) -> LayerCorrection:

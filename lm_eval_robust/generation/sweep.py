@@ -38,7 +38,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -330,7 +330,7 @@ def _flat(rows: Sequence[SweepRow]) -> list[dict[str, object]]:
     return flat
 
 
-def plot(rows: Sequence[SweepRow], path: Path) -> None:
+def plot(rows: Sequence[SweepRow], path: Path | BinaryIO) -> None:
     """Per task with a layer run: δ_clean and the perturbed gain of every layer, with intervals."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -384,27 +384,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.resamples < 100:
-        raise SystemExit(f"--resamples must be at least 100, got {args.resamples}")
     try:
-        rows = paired_rows(args.directory, n_resamples=args.resamples, seed=args.seed)
+        return _write(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def _write(args: argparse.Namespace) -> int:
+    """Read the sweep's runs and write its tables and plot, each file whole, none inside a run."""
+    import io
+
+    from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_file, write_text
+    from lm_eval_robust.validate import check_resamples, check_seed
+
+    check_resamples(args.resamples)
+    check_seed(args.seed)
     out = args.out or args.directory
-    out.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in (args.directory / "runs").glob("*") if p.is_dir())
+    names = ("sweep.md", "sweep.csv", "sweep.json", "sweep.png")
+    for name in names:
+        refuse_overwrite(out / name, "-o", run_inputs(runs))
+    rows = paired_rows(args.directory, n_resamples=args.resamples, seed=args.seed)
     text = render(rows)
-    (out / "sweep.md").write_text(text, encoding="utf-8")
     flat = _flat(rows)
-    with open(out / "sweep.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
-        writer.writeheader()
-        writer.writerows(flat)
-    (out / "sweep.json").write_text(
-        json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True), encoding="utf-8"
-    )
-    (out / "sweep.png").unlink(missing_ok=True)
-    plot(rows, out / "sweep.png")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(flat[0]))
+    writer.writeheader()
+    writer.writerows(flat)
+    write_text(text, out / "sweep.md", "the sweep table")
+    write_text(table.getvalue(), out / "sweep.csv", "the sweep table")
+    body = json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True)
+    write_text(body, out / "sweep.json", "the sweep table")
+    png = io.BytesIO()
+    plot(rows, png)
+    if not png.getvalue():  # no task with layer runs: no plot, and none of an earlier sweep
+        (out / "sweep.png").unlink(missing_ok=True)
+    else:
+        write_file(png.getvalue(), out / "sweep.png", "the sweep plot")
     print(text, end="")
     return 0
 
