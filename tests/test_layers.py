@@ -57,6 +57,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.heads",
             "lm_eval_robust.fit",
             "lm_eval_robust.fit.ridge",
+            "lm_eval_robust.fit.folds",
+            "lm_eval_robust.fit.ridge_cv",
             "lm_eval_robust.correction",
             "lm_eval_robust.checkpoint",
             "lm_eval_robust.lora",

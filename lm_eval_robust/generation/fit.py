@@ -42,7 +42,8 @@ from lm_eval_robust.correction import (
     read_safetensors,
     write_atomic,
 )
-from lm_eval_robust.fit.ridge import fit_ridge, grouped_folds
+from lm_eval_robust.fit.folds import grouped_folds
+from lm_eval_robust.fit.ridge import fit_ridge
 from lm_eval_robust.generation.layers import POSITIONS, decoder_layers, layer_debias
 
 __all__ = [
