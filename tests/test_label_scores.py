@@ -247,7 +247,8 @@ def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> Non
 
 
 def test_one_estimation_variant_certifies_nothing() -> None:
-    from lm_eval_robust.metrics.certify import MarginTable, certify
+    from lm_eval_robust.metrics.certificates import certify
+    from lm_eval_robust.metrics.margins import MarginTable
 
     items = []
     for e in range(5):

@@ -87,6 +87,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "aggregation",
         (
             "lm_eval_robust.metrics.classification",
+            "lm_eval_robust.metrics.margins",
+            "lm_eval_robust.metrics.certificates",
+            "lm_eval_robust.metrics.certificate_checks",
             "lm_eval_robust.metrics.certify",
             "lm_eval_robust.metrics.bootstrap",
             "lm_eval_robust.metrics.robustness",

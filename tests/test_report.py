@@ -14,7 +14,7 @@ import pytest
 
 from lm_eval_robust.cli.report import main
 from lm_eval_robust.metrics import classification
-from lm_eval_robust.metrics.certify import CertConfig
+from lm_eval_robust.metrics.certificates import CertConfig
 from lm_eval_robust.report import pairing
 from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.certify import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
+from lm_eval_robust.metrics.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import (
     ReportSettings,

@@ -46,17 +46,15 @@ from lm_eval_robust.metrics.bootstrap import (
     linear_stat,
     task_level_ci,
 )
-from lm_eval_robust.metrics.certify import (
-    CertConfig,
+from lm_eval_robust.metrics.certificate_checks import (
     CertificateCheck,
-    Certification,
-    MarginTable,
     Verification,
     certificate_checks,
-    certify,
     verification,
 )
+from lm_eval_robust.metrics.certificates import CertConfig, Certification, certify
 from lm_eval_robust.metrics.classification import majority_share
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.ties import pred_shares
 from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 from lm_eval_robust.report.pairing import PairedTask, Run, TaskRun, pair_runs
