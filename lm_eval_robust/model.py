@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 @contextmanager
 def corrected_head(model: torch.nn.Module, correction: Any) -> Iterator[None]:
     """Subtract ``psi(x) W + beta`` from the label-token logits of every head call (a hook)."""
-    from lm_eval_robust.correction import apply_correction
+    from lm_eval_robust.debias import apply_correction
 
     head = model.get_output_embeddings()  # type: ignore[operator]
     ids = torch.tensor(correction.label_token_ids, dtype=torch.long)
@@ -258,7 +258,7 @@ class DebiasedHFLM(HFLM):
     @property
     def fingerprint(self) -> dict[str, Any]:
         if self._fingerprint is None:
-            from lm_eval_robust.correction import model_fingerprint
+            from lm_eval_robust.fingerprint import model_fingerprint
 
             fp = model_fingerprint(self.model, self.tokenizer)
             shas = sorted(a.sha256 for a in self._adapters.values())
@@ -591,7 +591,7 @@ class DebiasedHFLM(HFLM):
                 self._collector.add(task, doc_id, hidden, logits[ids], ids)
         if row.key is None:
             return
-        from lm_eval_robust.correction import apply_correction
+        from lm_eval_robust.debias import apply_correction
 
         corr = self._corrections[row.key]
         ids = next(iter(doc_ids.values()))

@@ -12,7 +12,7 @@ Corrections:
 
 * a constant offset or calibration (no ``W``) changes only the label logits, so it is applied to
   the returned label log-probabilities with the exact renormalisation of
-  :func:`lm_eval_robust.correction.corrected_label_logprobs`;
+  :func:`lm_eval_robust.debias.corrected_label_logprobs`;
 * a ridge correction with ``psi="linear"`` needs the head's input, which vLLM does not return; it
   is folded into the output layer instead (``lm-eval-robust export --constant offset``, cached
   under ``$LM_EVAL_ROBUST_CACHE/merged/``) and vLLM serves the merged checkpoint, with the constant
@@ -249,7 +249,8 @@ class DebiasedVLLM(VLLM):
         results: list[tuple[float, bool] | None],
     ) -> None:
         """Subtract each doc's correction from its label logits (renormalised, exactly)."""
-        from lm_eval_robust.correction import corrected_label_logprobs, correction_key
+        from lm_eval_robust.correction import correction_key
+        from lm_eval_robust.debias import corrected_label_logprobs
 
         for (task, _doc), by_idx in docs.items():
             key = correction_key(task)

@@ -28,13 +28,7 @@ import torch
 from safetensors.numpy import save_file
 
 from lm_eval_robust.cli import main as cli_main
-from lm_eval_robust.correction import (
-    Correction,
-    check_fingerprint,
-    load,
-    load_corrections,
-    save,
-)
+from lm_eval_robust.correction import Correction, check_fingerprint, load, load_corrections, save
 from lm_eval_robust.errors import UserError
 
 TASK = "ni322_format_pert"  # binary task: " Threat" / " Non"

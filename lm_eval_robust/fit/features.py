@@ -274,11 +274,11 @@ def _head_weight(where: Path, fingerprint: dict[str, Any]) -> np.ndarray:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from lm_eval_robust.correction import _hash_tensor
+        from lm_eval_robust.fingerprint import hash_tensor
 
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
         weight = model.get_output_embeddings().weight.detach()
-        if _hash_tensor(weight) != want:
+        if hash_tensor(weight) != want:
             raise FeatureFileError(
                 f"{where}: the head of {path} is not the one these features were collected with; "
                 "collect the features again"
