@@ -99,7 +99,7 @@ class DebiasedVLLM(VLLM):
             served = self._load_corrections(path, correction)
         if current_platform.is_cpu():
             kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
-            from lm_eval_robust.model import cpu_dtype_default
+            from lm_eval_robust.cpu_dtype import cpu_dtype_default
 
             chosen = cpu_dtype_default(path, {**kwargs, "device": "cpu"})
             if chosen is not None:
