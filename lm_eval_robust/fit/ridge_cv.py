@@ -8,6 +8,9 @@ held-out fold is fitted from the others without a second pass over the features.
 is scored on the held-out fold (perturbed-prompt balanced accuracy of the debiased logits, the
 mean |clean-logit change| and the clean balanced accuracy), and the best mean over folds wins
 (:data:`CRITERION`). The solver itself is :mod:`lm_eval_robust.fit.ridge`.
+
+One concept, a little over 500 lines with the two public entry points' full docstrings: the
+steps of one cross-validation share the CV data, the folds and the score arrays.
 """
 
 from __future__ import annotations
