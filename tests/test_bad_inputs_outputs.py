@@ -607,12 +607,9 @@ def test_ctrl_c_is_one_line(
     """Ctrl-C while a report is being built: one line, exit 130, nothing written."""
     from test_bad_inputs_table import snapshot
 
-    import lm_eval_robust.report.tables as tables
-
     def interrupted(*a: Any, **k: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tables, "build_report", interrupted)
     monkeypatch.setattr("lm_eval_robust.cli.report.build_report", interrupted)
     before = snapshot(w)
     capsys.readouterr()
