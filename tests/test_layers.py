@@ -72,6 +72,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.generation.gen_score",
             "lm_eval_robust.cpu_dtype",
             "lm_eval_robust.feature_shards",
+            "lm_eval_robust.cache_keys",
             "lm_eval_robust.feature_collector",
             "lm_eval_robust.label_scores",
             "lm_eval_robust.model",
