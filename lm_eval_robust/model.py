@@ -132,6 +132,10 @@ class DebiasedHFLM(HFLM):
         check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
         self._setting_paths = {k: v for k, v in paths.items() if v}
         check_data_dir_env()  # the tasks read it only after the model has loaded
+        self._collector: FeatureCollector | None = None  # checked before the model loads
+        if collect_features:
+            inputs = [("model folder", pretrained), *self._setting_paths.items()]
+            self._collector = FeatureCollector(collect_features, inputs)
         self._dtype_note = ""
         if isinstance(pretrained, str):
             chosen = cpu_dtype_default(pretrained, kwargs)
@@ -180,7 +184,6 @@ class DebiasedHFLM(HFLM):
             self._layer_corrections = load_layer_corrections(
                 layer_correction, self.fingerprint, self.model
             )
-        self._collector = FeatureCollector(collect_features) if collect_features else None
         self._label_scorer = Float32LabelScorer(self.model)
         self._prefix_cache: PrefixCache | None = None
         if self._use_prefix_cache(prefix_cache) and self.backend == "causal":

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from test_bad_inputs import STAMP, TASK
 from test_bad_inputs_table import Case, check_case, tiny_fp, w  # noqa: F401 (the fixtures)
+from test_label_scores import _requests
 
 from lm_eval_robust.cli import main as cli_main
 
@@ -97,6 +98,23 @@ def _fit(w: Path, *extra: str) -> list[str]:
         "1",
         *extra,
     ]
+
+
+def _lm(w: Path, **kw: Any) -> Any:
+    from lm_eval_robust.model import DebiasedHFLM
+
+    return DebiasedHFLM(
+        pretrained=str(w / "model"), batch_size=4, dtype="float32", device="cpu", **kw
+    )
+
+
+def _cached(lm: Any) -> Any:
+    """The model behind lm-eval's --use_cache (the cache file outside the row's folder)."""
+    import tempfile
+
+    from lm_eval.api.model import CachingLM
+
+    return CachingLM(lm, str(Path(tempfile.mkdtemp()) / "lm.db"))
 
 
 def _write(path: Path, text: str) -> None:
@@ -498,6 +516,43 @@ CASES: list[Case] = [
             "--output_path",
             str(w / "out"),
         ],
+    ),
+    # --- inside the model: the cache, feature collection, the input window --------------------
+    Case(
+        "use-cache-with-collect-features",
+        (r"collect_features= cannot be combined with --use_cache", r"drop --use_cache"),
+        call=lambda w, fp: _cached(_lm(w, collect_features=str(w / "f"))),
+    ),
+    Case(
+        "collect-features-inside-the-model",
+        (
+            r"collect_features= .*model/f is inside the model folder",
+            r"choose another collect_features=",
+        ),
+        call=lambda w, fp: _lm(w, collect_features=str(w / "model" / "f")),
+    ),
+    Case(
+        "collect-features-is-the-correction",
+        (r"collect_features= .*corr.safetensors is the correction", r"outside it"),
+        call=lambda w, fp: _lm(
+            w, correction=str(w / "corr.safetensors"), collect_features=str(w / "corr.safetensors")
+        ),
+    ),
+    Case(
+        "collect-features-under-a-file",
+        (
+            r"cannot write features to .*corr.safetensors/f \(.*corr.safetensors is not a folder\)",
+            r"writable",
+        ),
+        call=lambda w, fp: _lm(w, collect_features=str(w / "corr.safetensors" / "f")),
+    ),
+    Case(
+        "max-length-cuts-every-prompt",
+        (
+            r"requests longer than max_length=16 tokens would be scored cut short \(ni322_format_pert: 6 of 6, longest \d+\)",
+            r"raise max_length",
+        ),
+        call=lambda w, fp: _lm(w, max_length=16).loglikelihood(_requests([TASK], limit=3)),
     ),
     # --- generation selection: refused before the model loads ---------------------------------
     Case(
