@@ -446,6 +446,7 @@ class DebiasedHFLM(HFLM):
         """Generation; with ``layer_correction=``, each task's requests run under its task's
         intermediate-layer correction (a hook on the fitted layer, removed after the group)."""
         self._refuse_lora("generation")
+        self._refuse_cut_contexts(requests)
         if not self._layer_corrections:
             return list(super().generate_until(requests, disable_tqdm=disable_tqdm))
         from lm_eval_robust.correction import CorrectionError, correction_key
@@ -469,6 +470,28 @@ class DebiasedHFLM(HFLM):
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
         return out
+
+    def _refuse_cut_contexts(self, requests: list[Any]) -> None:
+        """The harness keeps the last ``max_length - max_gen_toks`` tokens of a context: a
+        prompt of our tasks longer than that is refused, not answered from its cut tail."""
+        cut: dict[str, list[int]] = defaultdict(list)
+        window = 0
+        for req in requests:
+            doc = getattr(req, "doc", None)
+            if not isinstance(doc, dict) or "pert_id" not in doc:
+                continue
+            context, gen_kwargs = req.args
+            new = int((gen_kwargs or {}).get("max_gen_toks") or self.max_gen_toks)
+            window = self.max_length - new
+            n = len(self.tok_encode(context))
+            if n > window:
+                cut[str(req.task_name)].append(n)
+        if cut:
+            raise TruncationError(
+                _truncation_message(cut, len(requests), window).replace(
+                    "max_length=", "max_length - max_gen_toks="
+                )
+            )
 
     @contextmanager
     def using_layer_corrections(self, corrections: Mapping[str, Any]) -> Iterator[None]:

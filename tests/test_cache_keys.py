@@ -119,3 +119,28 @@ def test_prompts_past_max_length_are_refused(tiny_model_dir: Path, data_dir: Pat
     assert f"{TASK}: {len(reqs)} of {len(reqs)}, longest" in msg and "raise max_length" in msg
     # at the model's own window nothing is cut, and the scores come back
     assert len(_lm(tiny_model_dir).loglikelihood(reqs, disable_tqdm=True)) == len(reqs)
+
+
+def test_generation_contexts_past_the_window_are_refused(tiny_model_dir: Path) -> None:
+    from lm_eval.api.instance import Instance
+
+    from lm_eval_robust.model import TruncationError
+
+    def req(context: str, doc_id: int) -> Any:
+        gen = {"max_gen_toks": 8, "until": ["\n"], "do_sample": False}
+        return Instance(
+            request_type="generate_until",
+            doc={"example_id": f"e{doc_id}", "pert_id": 0},
+            arguments=(context, gen),
+            idx=0,
+            metadata=("nq_open_text_pert", doc_id, 1),
+        )
+
+    lm = _lm(tiny_model_dir, max_length=24)
+    long = req("who wrote the book " * 20, 0)
+    with pytest.raises(TruncationError) as info:
+        lm.generate_until([long, req("who", 1)], disable_tqdm=True)
+    msg = str(info.value)
+    assert msg.startswith("requests longer than max_length - max_gen_toks=16 tokens")
+    assert "nq_open_text_pert: 1 of 2, longest" in msg
+    assert len(lm.generate_until([req("who", 1)], disable_tqdm=True)) == 1
