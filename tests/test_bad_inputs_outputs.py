@@ -46,6 +46,14 @@ def _gzip_samples(w: Path, cut: int | None = None, plain: bool = False) -> None:
     src.unlink()
 
 
+def _fifo_instead(path: Path) -> None:
+    """A FIFO with no writer where a file is read (reading it would hang)."""
+    import os
+
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
 def _second_results(w: Path) -> None:
     """A rerun into the same --output_path: a second results file beside the first."""
     shutil.copy(_results(w), _results(w).with_name("results_2025-02-02T00-00-00.000001.json"))
@@ -413,6 +421,35 @@ CASES: list[Case] = [
         (r"results_.*\.json: str, not an lm_eval results file", r"results_\*\.json"),
         argv=lambda w: _replay(w, w / "replayed"),
         setup=lambda w, fp, mp: _write(_results(w), '"hello"'),
+    ),
+    Case(
+        "report-results-file-is-a-fifo",
+        (r"results file .*results_.*\.json is not a regular file \(a FIFO", r"lm_eval wrote"),
+        argv=lambda w: ["report", str(w / "run"), *QUIET, "-o", str(w / "rep")],
+        setup=lambda w, fp, mp: _fifo_instead(_results(w)),
+        prefix=REP,
+    ),
+    Case(
+        "leaderboard-samples-file-is-a-fifo",
+        (r"samples file .*samples_.*\.jsonl is not a regular file \(a FIFO", r"--log_samples"),
+        argv=lambda w: ["leaderboard", str(w / "run"), *QUIET, "-o", str(w / "lb")],
+        setup=lambda w, fp, mp: _fifo_instead(_samples(w)),
+        prefix=LB,
+    ),
+    Case(
+        "report-targets-file-is-a-fifo",
+        (r"targets file .*t.json is not a regular file \(a FIFO", r"select -o"),
+        argv=lambda w: [
+            "report",
+            str(w / "run"),
+            *QUIET,
+            "--tasks",
+            str(w / "t.json"),
+            "-o",
+            str(w / "rep"),
+        ],
+        setup=lambda w, fp, mp: _fifo_instead(w / "t.json"),
+        prefix=REP,
     ),
     Case(
         "report-same-run-twice",

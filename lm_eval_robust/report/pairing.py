@@ -321,9 +321,9 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     missing: list[str] = []
     for task in task_names:
         file = folder / f"samples_{task}_{stamp}.jsonl"
-        if not file.is_file():  # archived runs may keep their samples gzipped
+        if not file.exists():  # archived runs may keep their samples gzipped
             file = file.with_name(file.name + ".gz")
-        if not file.is_file():
+        if not file.exists():
             if task in configs:
                 missing.append(task)
             continue
