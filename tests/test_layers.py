@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "lm_eval_robust.errors",
+            "lm_eval_robust.defaults",
             "lm_eval_robust.atomic",
             "lm_eval_robust.validate",
             "lm_eval_robust.offline_models",

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
 from lm_eval_robust.errors import UserError
 
 SUFFIX = "_text_pert"
@@ -50,7 +51,6 @@ def _out_path(out: Path, key: str, layer: int, several: bool) -> Path:
 
 DEFAULT_K_GRID = (1, 2)
 DEFAULT_LAM_GRID = (1e-4, 1e-2, 1.0)
-DEFAULT_GEN_FOLDS = 3
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
             raise UserError(
                 f"{', '.join(named)} are settings of --select generation; add it or drop them"
             )
-    margin = 0.01 if args.clean_margin is None else float(args.clean_margin)
+    margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else float(args.clean_margin)
     folds = DEFAULT_GEN_FOLDS if args.gen_folds is None else int(args.gen_folds)
     if folds < 2:
         raise UserError(f"--gen_folds must be at least 2, got {folds}; e.g. --gen_folds 3")

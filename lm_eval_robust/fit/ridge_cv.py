@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from lm_eval_robust.defaults import DEFAULT_FOLDS
 from lm_eval_robust.fit.folds import fold_of_unique
 from lm_eval_robust.fit.ridge import (
     FitError,
@@ -390,7 +391,7 @@ def select_alpha(
     lam: float,
     alphas: Sequence[float] = ALPHA_GRID,
     psi: str = "linear",
-    n_folds: int = 5,
+    n_folds: int = DEFAULT_FOLDS,
     seed: int = 0,
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
@@ -436,7 +437,7 @@ def select_lambda(
     alpha: float = 0.0,
     lams_rel: Sequence[float] = LAMBDA_GRID_REL,
     psi: str = "linear",
-    n_folds: int = 5,
+    n_folds: int = DEFAULT_FOLDS,
     seed: int = 0,
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import CorrectionError
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
 from lm_eval_robust.fit.folds import grouped_folds
 from lm_eval_robust.generation.fit import LAM_GRID_REL, LayerCorrection, fit_layer_correction
 
@@ -54,9 +55,9 @@ class GenSelectSettings:
 
     ks: tuple[int, ...] = (1, 2, 4)
     lams_rel: tuple[float, ...] = LAM_GRID_REL
-    n_folds: int = 3
+    n_folds: int = DEFAULT_GEN_FOLDS
     seed: int = 0
-    clean_margin: float = 0.01
+    clean_margin: float = DEFAULT_CLEAN_MARGIN
     tie_tol: float = 1e-9
 
     def __post_init__(self) -> None:

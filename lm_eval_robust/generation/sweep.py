@@ -42,10 +42,11 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
-from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
 
 __all__ = [
     "Cell",

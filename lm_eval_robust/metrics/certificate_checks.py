@@ -11,6 +11,7 @@ from typing import Literal
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI
 from lm_eval_robust.metrics.certificates import ESTIMATORS, CertConfig, Certification, certify
 from lm_eval_robust.metrics.classification import balanced_accuracy_of_credit
 from lm_eval_robust.metrics.margins import MarginTable
@@ -85,8 +86,8 @@ class CertificateCheck:
 
 def certificate_checks(
     table: MarginTable,
-    phi: float = 0.1,
-    psi: float = 0.05,
+    phi: float = DEFAULT_CERT_PHI,
+    psi: float = DEFAULT_CERT_PSI,
     seed: int = 0,
     extra: CertConfig | None = None,
 ) -> list[CertificateCheck]:

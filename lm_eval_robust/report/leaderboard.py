@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import bca_interval
 from lm_eval_robust.metrics.robustness import (
@@ -164,7 +165,10 @@ def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray
 
 
 def build_leaderboard(
-    runs: Sequence[Run], n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    runs: Sequence[Run],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> Leaderboard:
     """The leaderboard of ``runs`` (one model each; two runs of one model are refused)."""
     models = [r.label for r in runs]
