@@ -160,7 +160,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     """``fit --tasks``: one correction per task into the folder ``-o``."""
     from pathlib import Path
 
-    from lm_eval_robust.select import read_task_list
+    from lm_eval_robust.targets import read_task_list
 
     if args.layer is not None:
         raise UserError("--layer fits one generation task at a time; use --task")

@@ -9,7 +9,7 @@ so ``layer_correction=DIR/L<layer>`` applies one layer to every task fitted ther
 
 ``--select generation`` chooses ``k`` and λ per layer by the task's metric on held-out train
 prompts generated through ``debiased_hf`` with each candidate correction
-(:func:`~lm_eval_robust.generation.select.select_by_generation` with
+(:func:`~lm_eval_robust.generation.tune.tune_by_generation` with
 :class:`~lm_eval_robust.generation.gen_score.GenerationScorer`); the file's statistics hold the
 choice and its cross-validation table.
 """
@@ -178,15 +178,15 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         encode_prompts,
         resolve_layers,
     )
-    from lm_eval_robust.generation.select import GenSelectSettings
     from lm_eval_robust.generation.tasks import GenConfig, build_docs, get_task
+    from lm_eval_robust.generation.tune import GenTuneSettings
     from lm_eval_robust.model import DebiasedHFLM
 
     name = gen_task_of(key)
     flags = check_layer_args(args)
     select = None
     if flags.select == "generation":
-        select = GenSelectSettings(
+        select = GenTuneSettings(
             ks=flags.ks,
             lams_rel=flags.lams_rel,
             n_folds=flags.gen_folds,
@@ -258,10 +258,10 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         }
         xc, xp = x[np.asarray(clean)], x[np.asarray(pert)]
         if select is not None and scorer is not None:
-            from lm_eval_robust.generation.select import select_by_generation
+            from lm_eval_robust.generation.tune import tune_by_generation
 
             before, first_call = scorer.n_generated, len(scorer.calls)
-            corr = select_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
+            corr = tune_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
             info = corr.stats["generation_selection"]
             add_changed_counts(info["table"], scorer.calls[first_call:])
             info["score"] = f"{task.metric} ({scorer.score_name})"

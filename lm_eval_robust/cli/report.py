@@ -114,7 +114,7 @@ def _write_report(args: argparse.Namespace, settings: Any, out: Path) -> str:
     runs = label_runs(args.runs, labels)
     if args.tasks:
         from lm_eval_robust.correction import correction_key
-        from lm_eval_robust.select import read_task_list
+        from lm_eval_robust.targets import read_task_list
 
         keep = set(read_task_list(args.tasks))
         runs = [
