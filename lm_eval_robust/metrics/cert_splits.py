@@ -20,8 +20,12 @@ Rules (:data:`RULES`):
 The check (:class:`RuleSummary`): the held-back accuracy (ties 1/k) of certified and of
 uncertified examples, pooled over the splits; their difference with its interval (does
 certification select anything?); the share of certified (split, example) pairs whose held-back
-accuracy is below ``1 - phi``; and ``flagged`` when the interval of the certified examples'
-held-back accuracy lies wholly below ``1 - phi`` (the rule promises more than the data show).
+accuracy is below ``1 - phi``, beside the share that certificates all exactly at ``1 - phi``
+would show on as many held-back variants (``share_below_bound``: an example at accuracy
+``1 - phi`` falls below it on ``n`` variants with probability ``P(Bin(n, 1 - phi) < (1 - phi)
+n)``; valid certificates show at most that); ``flagged`` when the interval of the certified
+examples' held-back accuracy lies wholly below ``1 - phi`` (the rule promises more than the data
+show), ``doubtful`` when the point estimate does or the share below exceeds its bound.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 
 from lm_eval_robust.metrics.certify import CertConfig, MarginTable, certify, estimation_mask
 from lm_eval_robust.metrics.exact_cert import ExactConfig, certify_counts
@@ -168,9 +173,22 @@ class RuleSummary:
     diff_low: float
     diff_high: float
     share_below: float
+    share_below_bound: float
     n_certified: int
     selects: bool
     flagged: bool
+    doubtful: bool
+
+    @property
+    def verdict(self) -> str:
+        if not self.available:
+            return "n/a"
+        if self.n_certified == 0:
+            return "nothing certified"
+        if self.flagged:
+            return "fails its promise"
+        head = "selects" if self.selects else "no selection shown"
+        return head + ("; promise in doubt" if self.doubtful else "")
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -210,7 +228,7 @@ def summarize(
         nan = math.nan
         return RuleSummary(
             rule, label, k, n_splits, n_ex, False, reason, nan, nan, nan, nan, nan, nan, nan,
-            nan, nan, nan, nan, nan, nan, 0, False, False,
+            nan, nan, nan, nan, nan, nan, nan, 0, False, False, False,
         )  # fmt: skip
     split_rates = np.mean([t.certified.mean(axis=1) for t in avail], axis=0)  # [S]
     flags = [t.certified for t in avail]
@@ -220,11 +238,15 @@ def summarize(
     un = sum(float((t.held_n * ~t.certified).sum()) for t in avail)
     acc_c, acc_u = _ratio(cs, cn), _ratio(us, un)
     below = 0
+    bound = 0.0
     n_cert = 0
     for t in avail:
         with np.errstate(invalid="ignore", divide="ignore"):
             acc = t.held_sum / np.where(t.held_n > 0, t.held_n, np.nan)
-        below += int((t.certified & (acc < 1.0 - phi)).sum())
+        below += int((t.certified & (acc < 1.0 - phi - 1e-12)).sum())
+        n_held = t.held_n[t.certified].astype(np.int64)
+        cut = np.ceil(np.round((1.0 - phi) * n_held, 9)) - 1
+        bound += float(binom.cdf(cut, n_held, 1.0 - phi).sum())
         n_cert += int(t.certified.sum())
     rng = np.random.default_rng(seed)
     boot = np.full((n_resamples, 3), np.nan)
@@ -264,7 +286,11 @@ def summarize(
         diff_low=diff_low,
         diff_high=_pct(boot[:, 2], hi_q),
         share_below=_ratio(below, n_cert),
+        share_below_bound=_ratio(bound, n_cert),
         n_certified=n_cert,
         selects=bool(math.isfinite(diff_low) and diff_low > 0),
         flagged=bool(math.isfinite(acc_c_high) and acc_c_high < 1.0 - phi),
+        doubtful=bool(
+            (math.isfinite(acc_c) and acc_c < 1.0 - phi) or (below > bound and n_cert > 0)
+        ),
     )
