@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-__all__ = ["PairedTest", "mcnemar_exact", "paired_permutation"]
+__all__ = ["PairedTest", "exact_paired", "mcnemar_exact", "paired_permutation"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,15 @@ def paired_permutation(
         float(d.mean()) if d.size else math.nan,
         p,
     )
+
+
+def exact_paired(before: np.ndarray, after: np.ndarray, seed: int = 0) -> PairedTest:
+    """Exact McNemar where every score is binary (0 or the same maximum, e.g. EM in percent),
+    else the sign-flip permutation test."""
+    x = np.asarray(before, dtype=np.float64)
+    y = np.asarray(after, dtype=np.float64)
+    both = np.concatenate([x, y])
+    top = float(both.max()) if both.size else 1.0
+    if top > 0 and np.all((both == 0) | (both == top)):
+        return mcnemar_exact(x == top, y == top)
+    return paired_permutation(x, y, seed=seed)
