@@ -35,6 +35,7 @@ __all__ = [
     "DocTable",
     "SpreadNull",
     "doc_table",
+    "examples_needed",
     "mean_null",
     "noise_spread",
     "spread_null",
@@ -216,3 +217,27 @@ def noise_spread(
     acc = rng.binomial(n_per_variant, accuracy, size=(n_draws, n_variants)) / n_per_variant
     spread = acc.max(axis=1) - acc.min(axis=1)
     return float(spread.mean()), float(np.quantile(spread, 0.95))
+
+
+def examples_needed(
+    spread: float, n_variants: int, accuracy: float = 0.7, limit: int = 100_000
+) -> int:
+    """The fewest examples per variant at which a spread of ``spread`` (a fraction) exceeds the
+    95th percentile of :func:`noise_spread`, found by bisection (the percentile falls with
+    ``n`` up to the binomial's steps)."""
+    if not 0 < spread < 1:
+        raise ValueError(f"spread must be in (0, 1); got {spread}")
+
+    def above(n: int) -> bool:
+        return noise_spread(n, n_variants, accuracy)[1] < spread
+
+    hi = 2
+    while not above(hi):
+        hi *= 2
+        if hi > limit:
+            raise ValueError(f"a spread of {spread} needs more than {limit} examples per variant")
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if above(mid) else (mid, hi)
+    return hi
