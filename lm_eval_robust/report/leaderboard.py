@@ -602,8 +602,9 @@ def _flat(r: LeaderboardRow) -> dict[str, Any]:
 
 def to_csv(lb: Leaderboard) -> str:
     rows = [_flat(r) for r in lb.rows]
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # rows may lack a rule's columns
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:
         writer.writerow({k: "" if v is None else v for k, v in r.items()})
