@@ -187,9 +187,9 @@ def _certified(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> tuple[n
     out = [np.full(len(ids), np.nan), np.full(len(ids), np.nan)]
     if not any(int(r["pert_id"]) > 0 for r in rows):
         return tuple(out)
-    from lm_eval_robust.metrics.certify import _certify_items
+    from lm_eval_robust.metrics.certify import certify_items
 
-    cert = _certify_items(rows)
+    cert = certify_items(rows)
     if cert is None:
         return tuple(out)
     pos = {str(x): i for i, x in enumerate(cert.table.example_ids)}
