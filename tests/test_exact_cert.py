@@ -9,7 +9,6 @@ import pytest
 from scipy.stats import norm
 
 from lm_eval_robust.metrics.cert_splits import split_flags, summarize
-from lm_eval_robust.metrics.certify import MarginTable
 from lm_eval_robust.metrics.exact_cert import (
     ExactConfig,
     benjamini_hochberg,
@@ -19,6 +18,7 @@ from lm_eval_robust.metrics.exact_cert import (
     min_k,
     min_variants,
 )
+from lm_eval_robust.metrics.margins import MarginTable
 
 PHI, ALPHA = 0.1, 0.05
 #: true accuracies of the simulated examples: several just below 1 - phi, where a wrong

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-from lm_eval_robust.metrics.certify import CertConfig, MarginTable, certify, estimation_mask
+from lm_eval_robust.metrics.certificates import CertConfig, certify
 from lm_eval_robust.metrics.exact_cert import ExactConfig, certify_counts
+from lm_eval_robust.metrics.margins import MarginTable, estimation_mask
 
 __all__ = [
     "RULES",

@@ -31,7 +31,7 @@ def certificate_summaries(
 ) -> dict[str, RuleSummary]:
     """Every rule of :data:`RULES` on one task's items (those with label scores); empty when
     none has them."""
-    from lm_eval_robust.metrics.certify import MarginTable
+    from lm_eval_robust.metrics.margins import MarginTable
 
     scored = [it for it in items if it.get("ll") is not None]
     if not scored:

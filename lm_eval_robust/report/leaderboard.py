@@ -44,7 +44,7 @@ import numpy as np
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import bca_interval
 from lm_eval_robust.metrics.cert_splits import RuleSummary, SplitFlags, split_flags, summarize
-from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.robustness import (
     BOOTSTRAP_STATS,
     Replicates,

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from lm_eval_robust.metrics.cert_splits import split_flags, summarize
-from lm_eval_robust.metrics.certify import CertConfig, MarginTable, certify
+from lm_eval_robust.metrics.certificates import CertConfig, certify
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.spread_null import spread_null
 from lm_eval_robust.report.pairing import load_run
 
