@@ -44,6 +44,7 @@ def test_rows_carry_noise_certificates_and_comparisons(tmp_path: Path) -> None:
     md = to_markdown(lb)
     assert "n/a (K ≥ 57)" in md and "(K = 4)" in md
     assert "## Model comparisons" in md and "## Certificates" in md
+    assert "## Best, worst and spread against noise" in md
     assert lb.comparison is not None
     worst = [p for p in lb.comparison.pairs if p.measure == "bac_worst"]
     assert len(worst) == 1 and worst[0].model_a == "weak" and worst[0].diff < 0

@@ -414,6 +414,41 @@ def _row_cells(r: LeaderboardRow) -> list[str]:
     ]
 
 
+def _noise_section(lb: Leaderboard) -> list[str]:
+    """Best, worst and spread of each mean row beside what permuted variant labels give."""
+    body = []
+    for kind in lb.kinds:
+        for m in lb.models:
+            r = lb.row(m, kind)
+            if r is None or r.spread is None:
+                continue
+            cells = [kind, m]
+            for name in ("fmt_best", "fmt_worst", "fmt_spread"):
+                obs = r.cells[name].value
+                null = r.spread.null_mean(name)
+                cells.append(
+                    f"{100 * obs:.1f} vs {100 * null:.1f} (p {_p(r.spread.p_value(name))})"
+                    if math.isfinite(obs) and math.isfinite(null)
+                    else "–"
+                )
+            cells.append("within noise" if within_noise(r) else "above noise")
+            body.append(cells)
+    if not body:
+        return []
+    return [
+        "",
+        "## Best, worst and spread against noise: mean over tasks",
+        "",
+        f"Observed vs the mean of {lb.n_permutations} draws with the variant labels permuted "
+        "within each example (no variant effect, same examples); one-sided p (best and spread: "
+        "as large or larger; worst: as small or smaller).",
+        "",
+        markdown_table(
+            ["kind", "model", "best variant", "worst variant", "spread", "spread is"], body
+        ),
+    ]
+
+
 def _cert_section(lb: Leaderboard) -> list[str]:
     header = [
         "kind", "model", "rule", "certified", "single-split range", "held-back acc. certified",
@@ -569,6 +604,7 @@ def to_markdown(lb: Leaderboard) -> str:
                         [kind, task, m, str(r.n_examples), str(r.n_prompts), *_row_cells(r)]
                     )
     parts.append(markdown_table(header, body))
+    parts += _noise_section(lb)
     parts += _cert_section(lb)
     parts += _comparison_section(lb)
     if lb.notes:
