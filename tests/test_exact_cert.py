@@ -148,3 +148,27 @@ def test_check_sees_selection() -> None:
     assert summary.rate == pytest.approx(0.5, abs=0.05)
     assert summary.rate_low <= summary.rate <= summary.rate_high
     assert summary.share_below < 0.05
+
+
+def _items(k: int, margin: float = 3.0) -> list[dict]:
+    """8 binary examples, clean + ``k`` variants, every variant right by ``margin``."""
+    out = []
+    for e in range(8):
+        gold = e % 2
+        for pid in range(k + 1):
+            ll = [0.0, 0.0]
+            ll[1 - gold] = -margin
+            out.append({"task": "t", "example_id": f"e{e}", "pert_id": pid, "gold": gold, "ll": ll})
+    return out
+
+
+def test_harness_metric_is_nan_below_min_k_and_counts_above(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from lm_eval_robust.metrics.certify import p_cert_exact
+
+    with caplog.at_level("WARNING"):
+        assert math.isnan(p_cert_exact(_items(20)))
+    assert "K >= 57" in caplog.text
+    assert p_cert_exact(_items(60)) == 1.0  # 30 of 30 right: p = 0.9^30 < 0.05
+    assert p_cert_exact(_items(60, margin=-3.0)) == 0.0

@@ -45,6 +45,7 @@ __all__ = [
     "RULES",
     "RuleSummary",
     "SplitFlags",
+    "exact_rate",
     "split_flags",
     "summarize",
 ]
@@ -140,6 +141,34 @@ def split_flags(
             reason=reason,
         )
     return result
+
+
+def exact_rate(
+    table: MarginTable, n_splits: int = 50, phi: float = 0.1, alpha: float = 0.05
+) -> tuple[float, str]:
+    """The finite-sample certified share (mean over splits) and, when it is NaN, why: fewer
+    perturbations per example than the rule needs, or no example with a clean prompt."""
+    counts = table.variant_counts()
+    idx = np.flatnonzero(table.has_clean & (counts >= 2))
+    cfg = ExactConfig(phi=phi, alpha=alpha)
+    if idx.size == 0:
+        return math.nan, "no example has its clean prompt and 2 perturbations"
+    k = int(np.median(counts[idx]))
+    if (k + 1) // 2 < cfg.min_variants:
+        return math.nan, (
+            f"K = {k} perturbations per example; the finite-sample certificate needs "
+            f"K >= {cfg.min_k} at phi = {phi}, alpha = {alpha}"
+        )
+    right = table.var_correct() >= 1.0
+    e = table.n_examples
+    rates = []
+    for s in range(n_splits):
+        est = estimation_mask(table, seed=s)
+        ex = table.var_example[est]
+        succ = np.bincount(ex, weights=right[est].astype(np.float64), minlength=e)[idx]
+        n = np.bincount(ex, minlength=e)[idx]
+        rates.append(float(certify_counts(succ.astype(np.int64), n, cfg).mean()))
+    return float(np.mean(rates)), ""
 
 
 @dataclass(frozen=True)
