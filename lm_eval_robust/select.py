@@ -96,7 +96,7 @@ def candidates(
                     "give one run per task and prompt style"
                 )
             seen[(task, style)] = path
-    settings = ReportSettings(n_resamples=n_resamples)
+    settings = ReportSettings(n_resamples=n_resamples, n_splits=0)  # no certificate rates
     summaries: list[tuple[TaskSummary, Any, str]] = []
     for run, style in zip(runs, styles, strict=True):
         report = build_report([run], settings)

@@ -73,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="reference",
         help="Cantelli on the uniform reference (paper) or on the shifts' own mean/variance",
     )
+    p.add_argument(
+        "--splits",
+        type=int,
+        default=50,
+        help="random estimation/held-back splits for the certificate rates and their check "
+        "(0: leave that section out)",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="the finite-sample certificate's error level α"
+    )
     p.add_argument("--no_plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     return p
@@ -90,8 +100,17 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.splits < 0:
+        raise UserError(f"--splits must be >= 0; got {args.splits}")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1); got {args.alpha}")
     return ReportSettings(
-        n_resamples=args.resamples, confidence=args.confidence, seed=args.seed, cert=cert
+        n_resamples=args.resamples,
+        confidence=args.confidence,
+        seed=args.seed,
+        cert=cert,
+        n_splits=args.splits,
+        alpha=args.alpha,
     )
 
 
