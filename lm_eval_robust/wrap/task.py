@@ -66,9 +66,11 @@ def check_output_type(name: str, base: str, output_type: str) -> None:
         )
 
 
-def _bac_metric_list() -> list[dict[str, Any]]:
+def _bac_metric_list(certificates: bool) -> list[dict[str, Any]]:
     out = []
     for name in METRICS_PERT:
+        if name in _CERTIFY and not certificates:
+            continue
         module = (
             certify
             if name in _CERTIFY
@@ -125,6 +127,15 @@ class WrappedTask(ConfigurableTask):
                 f"{name}: {variant.base} puts its choices in the context (multiple inputs); "
                 "its prompts cannot be perturbed apart from its choices"
             )
+        choice_sets: set[tuple[str, ...]] = set()
+        if output_type == "multiple_choice":
+            choice_sets = {
+                tuple(str(c) for c in self.base.doc_to_choice(d)) for d in self.base.eval_docs
+            }
+        #: one label set for every doc (BAC over labels; the label corrections apply)
+        self.fixed_labels = len(choice_sets) == 1
+        #: the same number of choices in every doc (certificates over answer positions are valid)
+        self.fixed_width = len({len(c) for c in choice_sets}) == 1
         self.stock_metrics = [
             m for m in self.base._metric_fn_list if m in self.base._aggregation_list
         ]
@@ -140,7 +151,7 @@ class WrappedTask(ConfigurableTask):
                     }
                 )
         if output_type == "multiple_choice":
-            metric_list += _bac_metric_list()
+            metric_list += _bac_metric_list(certificates=self.fixed_width)
         own = {
             **base_cfg,
             "task": name,
@@ -159,6 +170,7 @@ class WrappedTask(ConfigurableTask):
         self._contexts: dict[tuple[Any, ...], dict[int, tuple[str, Any]]] = {}
         self._next: dict[tuple[Any, ...], int] = {}
         self._perturbed: dict[tuple[Any, ...], tuple[str, str, str]] = {}
+        self._format_of: dict[tuple[int, int], PromptFormat] = {}
         wrap_metrics.install_stderr()
 
     # -- data: the stock task's -----------------------------------------------------------------
@@ -336,6 +348,7 @@ class WrappedTask(ConfigurableTask):
                 prompt = render_parts(self._rerender(i, state, fmt, render), fmt)
                 if prompt != ctx or fmt.target_delimiter != delim:
                     out = (prompt, fmt.target_delimiter, fmt.format_id)
+                    self._format_of[(i, j)] = fmt
                     break
             if out is None:
                 text, kind = self._text(ctx, i, j)
@@ -393,9 +406,22 @@ class WrappedTask(ConfigurableTask):
         saved = self.base.config.target_delimiter
         try:
             self.base.config.target_delimiter = delim
-            return self.base.construct_requests(doc=doc, ctx=ctx, **kwargs)
+            requests = self.base.construct_requests(doc=doc, ctx=ctx, **kwargs)
         finally:
             self.base.config.target_delimiter = saved
+        lmer = doc.get("_lmer", {})
+        fmt = self._format_of.get((int(lmer.get("example", -1)), int(lmer.get("pert_id", -1))))
+        if fmt is not None and self.OUTPUT_TYPE == "generate_until":
+            # a stop string that is a field descriptor ("Question:") stops at its re-rendering too
+            gen_kwargs = requests.arguments[1]
+            until = list(gen_kwargs.get("until") or [])
+            for stop in list(until):
+                if find_parts(stop).descriptors:
+                    new = render_parts(stop, fmt).strip()
+                    if new and new not in until:
+                        until.append(new)
+            gen_kwargs["until"] = until
+        return requests
 
     # -- results --------------------------------------------------------------------------------
 
@@ -438,7 +464,8 @@ class WrappedTask(ConfigurableTask):
                 "ll": lls,
             }
             for name in METRICS_PERT:
-                out[name] = item
+                if name in self._metric_fn_list:
+                    out[name] = item
         return out
 
     def dump_config(self) -> dict[str, Any]:
@@ -449,5 +476,6 @@ class WrappedTask(ConfigurableTask):
             "split": self.variant.split,
             "n_examples": len(self.example_ids),
             "n_perturbations": self.settings.n_perturbations,
+            "label_set": "fixed" if self.fixed_labels else "per-doc",
         }
         return config
