@@ -119,8 +119,12 @@ class Leaderboard:
 
 
 def _base_task(task: str) -> str:
-    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``."""
-    return task.split("_", 1)[0]
+    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a wrapped stock task
+    (``<task>_robust_text``) -> ``<task>``."""
+    from lm_eval_robust.wrap.names import parse
+
+    variant = parse(task)
+    return variant.base if variant is not None else task.split("_", 1)[0]
 
 
 def _kind(run: Run, task: str) -> str:
