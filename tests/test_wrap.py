@@ -32,7 +32,8 @@ output_type: multiple_choice
 test_split: test
 fewshot_split: train
 num_fewshot: {shots}
-doc_to_text: "Question: {{{{question}}}}\\nOptions:\\nA. {{{{options[0]}}}}\\nB. {{{{options[1]}}}}\\nC. {{{{options[2]}}}}\\nAnswer:"
+doc_to_text: "Question: {{{{question}}}}\\nOptions:\\nA. {{{{options[0]}}}}\\n\\
+B. {{{{options[1]}}}}\\nC. {{{{options[2]}}}}\\nAnswer:"
 doc_to_target: "{{{{label}}}}"
 doc_to_choice: ["A", "B", "C"]
 metric_list:
@@ -244,7 +245,7 @@ def test_missing_local_data_is_one_line(user_tasks: Path, tmp_path: Path) -> Non
         "dataset_name": "navigate_zero_shot",
         "test_split": "default",
     }
-    with pytest.raises(WrapError, match="default.jsonl not found") as err:
+    with pytest.raises(WrapError, match=r"default\.jsonl not found") as err:
         apply_local_data(cfg, tmp_path)
     assert "\n" not in str(err.value)
     assert (
@@ -338,3 +339,50 @@ def test_bigbench_converter_schema(tmp_path: Path, data_dir: Path) -> None:
         assert r["targets"][0] in r["multiple_choice_targets"]
         assert r["multiple_choice_scores"][r["multiple_choice_targets"].index(r["targets"][0])] == 1
     assert convert_gsm8k(data_dir / "gsm8k", tmp_path) == 1319
+
+
+def _task_run(task: str, label_set: str, n: int, seed: int) -> Any:
+    """A wrapped task's logged items: a model that prefers label 0 by 1.5 nats on every prompt."""
+    import numpy as np
+
+    from lm_eval_robust.report.pairing import TaskRun
+
+    rng = np.random.default_rng(seed)
+    items = {}
+    for e in range(n):
+        gold = e % 2
+        for pid in range(3):
+            signal = rng.normal(0.8, 1.0)
+            ll = [
+                -2.0 + (signal if gold == 0 else 0.0) + 1.5,
+                -2.0 + (signal if gold == 1 else 0.0),
+            ]
+            items[(str(e), pid)] = {
+                "task": task,
+                "example_id": str(e),
+                "pert_id": pid,
+                "gold": gold,
+                "pred": int(ll[1] > ll[0]),
+                "tied": False,
+                "margin": 0.0,
+                "ll": ll,
+                "variant": "clean" if pid == 0 else f"v{pid}",
+            }
+    config = {"wrapped_task": {"label_set": label_set}}
+    return TaskRun(task, "text", "train", items, {}, config)
+
+
+def test_label_offset_debiasing_fixed_labels_only() -> None:
+    from lm_eval_robust.report.wrap_debias import DebiasError, debias_task, to_markdown
+
+    train = _task_run("t_robust_text_train", "fixed", 200, 0)
+    test = _task_run("t_robust_text_test", "fixed", 140, 1)
+    res = debias_task(train, test, n_resamples=200)
+    assert res.beta[0] > res.beta[1]  # the preferred label gets the larger offset
+    assert res.after["bac_clean"] > res.before["bac_clean"] + 0.05
+    assert res.after["maj_share_pert"] < res.before["maj_share_pert"]
+    assert all(v > 0 for v in res.change_se.values() if v == v)
+    assert "bac_pert" in to_markdown([res])
+    with pytest.raises(DebiasError, match="differ per doc") as err:
+        debias_task(_task_run("u_robust_text_train", "per-doc", 20, 0), test)
+    assert "\n" not in str(err.value)

@@ -21,13 +21,18 @@ def build_parser() -> CommandParser:
         "wrap",
         "Perturbed variants of stock lm-eval tasks (<task>_robust_text, <task>_robust_format, "
         "resolved by lm_eval itself). 'data' converts BIG-bench task.json folders and GSM8K's "
-        "test.jsonl into the files --metadata '{\"local_data\": \"OUT\"}' points stock tasks at; "
-        "'list' prints the variant names of tasks, groups or tags.",
+        'test.jsonl into the files --metadata \'{"local_data": "OUT"}\' points stock tasks at; '
+        "'list' prints the variant names of tasks, groups or tags; 'debias' fits a label offset "
+        "on a "
+        "run of <task>_robust_<kind>_train and applies it to a run of ..._test (fixed label sets "
+        "only).",
         f"{PROG} wrap data --bigbench ../shared/data/bigbench --gsm8k ../shared/data/gsm8k "
         "-o ~/lmer-data",
     )
-    p.add_argument("action", choices=("data", "list"), help="what to do")
-    p.add_argument("names", nargs="*", help="list: task, group or tag names")
+    p.add_argument("action", choices=("data", "list", "debias"), help="what to do")
+    p.add_argument(
+        "names", nargs="*", help="list: task, group or tag names; debias: TRAIN_RUN TEST_RUN"
+    )
     p.add_argument("--bigbench", help="data: folder of BIG-bench <task>/task.json folders")
     p.add_argument("--gsm8k", help="data: GSM8K's test.jsonl or its folder")
     p.add_argument("-o", "--output", help="data: folder to write (local_data)")
@@ -47,14 +52,14 @@ def _data(bigbench: str | None, gsm8k: str | None, output: str | None) -> None:
             print(f"bigbench/{task}_zero_shot/default.jsonl: {n} rows")
     if gsm8k:
         print(f"gsm8k/main/test.jsonl: {convert_gsm8k(gsm8k, out)} rows")
-    print(f"use: --metadata '{{\"local_data\": \"{out}\"}}'")
+    print(f'use: --metadata \'{{"local_data": "{out}"}}\'')
 
 
 def _list(names: Sequence[str], kinds: Sequence[str], split: str) -> None:
-    import lm_eval_robust
     from lm_eval.tasks import TaskManager
     from lm_eval.tasks._index import Kind
 
+    import lm_eval_robust
     from lm_eval_robust.wrap.names import variant_names
 
     if not names:
@@ -84,10 +89,41 @@ def _list(names: Sequence[str], kinds: Sequence[str], split: str) -> None:
     print(",".join(v for t in leaves for v in variant_names(t, wanted, split)))
 
 
+def _debias(names: Sequence[str]) -> None:
+    from lm_eval_robust.report.pairing import load_run
+    from lm_eval_robust.report.wrap_debias import DebiasError, debias_task, to_markdown
+    from lm_eval_robust.wrap.names import parse
+
+    if len(names) != 2:
+        raise UserError("wrap debias needs TRAIN_RUN TEST_RUN (runs of ..._train and ..._test)")
+    train, test = load_run(names[0]), load_run(names[1])
+    results, notes = [], []
+    for name, tr in sorted(train.tasks.items()):
+        v = parse(name)
+        if v is None or v.split != "train":
+            continue
+        twin = f"{v.base}_robust_{v.kind}_test"
+        if twin not in test.tasks:
+            notes.append(f"{name}: no {twin} in {names[1]}; skipped")
+            continue
+        try:
+            results.append(debias_task(tr, test.tasks[twin]))
+        except DebiasError as exc:
+            notes.append(str(exc))
+    if results:
+        print(to_markdown(results))
+    for note in notes:
+        print(f"- {note}")
+    if not results and not notes:
+        raise UserError(f"{names[0]} has no <task>_robust_<kind>_train task")
+
+
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if args.action == "data":
         _data(args.bigbench, args.gsm8k, args.output)
+    elif args.action == "debias":
+        _debias(args.names)
     else:
         _list(args.names, args.kinds.split(","), args.split)
     return 0

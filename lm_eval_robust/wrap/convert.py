@@ -48,7 +48,7 @@ def bigbench_rows(task: str, data: Mapping[str, Any], start: int = 0) -> list[di
     out_prefix = str(data.get("example_output_prefix", DEFAULT_OUTPUT_PREFIX))
     choice_prefix = str(data.get("choice_prefix", DEFAULT_CHOICE_PREFIX))
     append = bool(data.get("append_choices_to_input", True))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, ex in enumerate(data["examples"]):
         scores = ex.get("target_scores")
         if not isinstance(scores, Mapping) or not scores:

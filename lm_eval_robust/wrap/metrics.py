@@ -162,7 +162,7 @@ def _with_stock_stderr(original: Any) -> Any:
             return original(metric, bootstrap_iters)
         return own(bootstrap_iters)
 
-    setattr(stderr_for_metric, "__lmer_wrap__", True)
+    stderr_for_metric.__lmer_wrap__ = True  # type: ignore[attr-defined]
     return stderr_for_metric
 
 
@@ -172,6 +172,6 @@ def install_stderr() -> None:
 
     for module in (lm_eval.api.metrics, sys.modules.get("lm_eval.evaluator_utils")):
         current = getattr(module, "stderr_for_metric", None)
-        if current is None or getattr(current, "__lmer_wrap__", False):
+        if module is None or current is None or getattr(current, "__lmer_wrap__", False):
             continue
-        setattr(module, "stderr_for_metric", _with_stock_stderr(current))
+        module.stderr_for_metric = _with_stock_stderr(current)  # type: ignore[union-attr]

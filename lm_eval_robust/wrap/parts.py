@@ -52,7 +52,8 @@ FEWSHOT_DELIMITERS: tuple[str, ...] = tuple(
 )
 
 _DESCRIPTOR = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<desc>[A-Za-z][\w'/-]*(?: [A-Za-z][\w'/-]*){0,2}):(?!//)(?P<after>[ \t]?)",
+    r"^(?P<indent>[ \t]*)(?P<desc>[A-Za-z][\w'/-]*(?: [A-Za-z][\w'/-]*){0,2})"
+    r":(?!//)(?P<after>[ \t]?)",
     re.MULTILINE,
 )
 _ENUM = re.compile(

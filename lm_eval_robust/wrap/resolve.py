@@ -61,7 +61,7 @@ def check_data(cfg: dict[str, Any], name: str, root: str | None) -> None:
         datasets.load_dataset_builder(
             path, cfg.get("dataset_name"), **(cfg.get("dataset_kwargs") or {})
         )
-    except Exception:  # noqa: BLE001 - any failure here means the data is not readable offline
+    except Exception:
         where = dataset_folder(cfg, root or "DIR")
         raise WrapError(
             f"{name}: dataset {path}"

@@ -27,9 +27,10 @@ class WrapError(UserError):
 class WrapSettings:
     """How a wrapped task perturbs its prompts.
 
-    ``n_perturbations``: perturbed prompts per example (K); ``n_examples``: at most this many
-    examples of the split (0: all, in the task's own order); ``format_pool``: formats sampled per
-    task before the disjoint 50/35/15 train/test/hold-out split; ``text_*``: as the NI tasks;
+    ``n_perturbations``: perturbed prompts per example (K); ``n_examples``: a seeded sample of
+    this many examples of the split, kept in the task's order (0: all); ``format_pool``: formats
+    sampled per task before the disjoint 50/35/15 train/test/hold-out split; ``text_*``: as the
+    NI tasks;
     ``local_data``: a folder of local copies of the task's data (:mod:`.local_data`).
     """
 

@@ -93,7 +93,7 @@ def wrapped_process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> d
     raise WrapError("wrapped_process_results is called through WrappedTask only")
 
 
-class DocList(list):  # type: ignore[type-arg]
+class DocList(list):
     """The expanded docs: a list (the same dict objects on every pass) with the ``features`` the
     harness reads from a dataset at start-up."""
 
@@ -197,8 +197,10 @@ class WrappedTask(ConfigurableTask):
             start = {"train": 0, "test": sizes[0], "holdout": sizes[0] + sizes[1]}
             k = ("train", "test", "holdout").index(self.variant.split)
             chosen = sorted(order[start[self.variant.split] : start[self.variant.split] + sizes[k]])
-        if self.settings.n_examples:
-            chosen = chosen[: self.settings.n_examples]
+        if self.settings.n_examples and self.settings.n_examples < len(chosen):
+            # a seeded sample (in the task's order): the first docs may all share one answer
+            rng = seeded_rng("wrap-sample", self.variant.base, self.settings.seed)
+            chosen = sorted(rng.sample(chosen, self.settings.n_examples))
         if not chosen:
             raise WrapError(
                 f"{self.variant.name}: no docs in the {self.variant.split} split of "
@@ -217,7 +219,7 @@ class WrappedTask(ConfigurableTask):
         return docs
 
     @property
-    def eval_docs(self) -> DocList:  # type: ignore[override]
+    def eval_docs(self) -> DocList:
         return self._eval_docs
 
     def set_fewshot_seed(self, seed: int | None = None) -> None:
@@ -334,6 +336,7 @@ class WrappedTask(ConfigurableTask):
             return hit
         ctx, state = self._clean(self._render_key(render), i, render)
         delim = str(self.base.config.target_delimiter)
+        out: tuple[str, str, str] | None
         if j == 0:
             out = (ctx, delim, "clean")
         elif self.variant.kind == "format" and find_parts(ctx).found:
@@ -364,6 +367,7 @@ class WrappedTask(ConfigurableTask):
                 )
             text, kind = self._text(ctx, i, j)
             out = (text, delim, kind)
+        assert out is not None
         self._perturbed[key] = out
         return out
 
@@ -375,7 +379,7 @@ class WrappedTask(ConfigurableTask):
             )
         )
 
-    def fewshot_context(  # type: ignore[override]
+    def fewshot_context(
         self,
         doc: dict[str, Any],
         num_fewshot: int,
