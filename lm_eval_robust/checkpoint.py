@@ -10,13 +10,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from lm_eval_robust.correction import CorrectionError, model_fingerprint
+from lm_eval_robust.correction import CorrectionError
+from lm_eval_robust.fingerprint import model_fingerprint
 
 __all__ = ["checkpoint_fingerprint"]
 
 
 def checkpoint_fingerprint(folder: str, tokenizer: Any) -> dict[str, Any]:
-    """:func:`lm_eval_robust.correction.model_fingerprint` of a checkpoint folder, read from its
+    """:func:`lm_eval_robust.fingerprint.model_fingerprint` of a checkpoint folder, read from its
     config and its output layer's tensor alone (tied heads read the input embeddings)."""
     from safetensors import safe_open
     from transformers import AutoConfig

@@ -2,18 +2,20 @@
 
 ``Correction`` holds the label-logit bias ``b(x) = ψ(x)W + β`` (``W`` None for a constant offset),
 the label tokens it applies to, the task, the fit's hyper-parameters and a fingerprint of the model
-(architecture, sizes, hashes of the output layer and tokenizer). :func:`save` writes one
-``.safetensors`` file atomically (tensors ``W`` and ``beta``; everything else as JSON under the
-metadata key ``"lm_eval_robust"``), :func:`load` reads it back with one-line
-:class:`CorrectionError` messages, :func:`check_fingerprint` refuses a correction fitted for
-another model, task or label set, and :func:`apply_correction` / :func:`merged_head_update` are the
-two equivalent ways to use it (a hook on the label logits, or new LM-head rows and bias).
+(:mod:`lm_eval_robust.fingerprint`). :func:`save` writes one ``.safetensors`` file atomically
+(tensors ``W`` and ``beta``; everything else as JSON under the metadata key ``"lm_eval_robust"``),
+:func:`load` reads it back with one-line :class:`CorrectionError` messages,
+:func:`check_fingerprint` refuses a correction fitted for another model, task or label set, and
+:func:`load_corrections` gathers a folder of them by task. The maths that use a correction (a hook
+on the label logits, new LM-head rows) are :mod:`lm_eval_robust.debias`.
+
+One concept, the correction as a file, in one module of a little over 500 lines: the dataclass,
+its validation and its serialisation change together whenever a field is added.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import struct
@@ -21,30 +23,26 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.errors import FIT_HINT, CorrectionError
+from lm_eval_robust.fingerprint import check_model_fingerprint
 
 from .fit.ridge import PSI_KINDS, RidgeFit, psi_dim
-
-if TYPE_CHECKING:
-    import torch
-
 
 __all__ = [
     "META_KEY",
     "SCHEMA_VERSION",
     "Correction",
     "CorrectionError",
-    "apply_correction",
     "check_fingerprint",
-    "check_model_fingerprint",
-    "corrected_label_logprobs",
+    "correction_key",
+    "fit_summaries",
+    "fit_summary",
     "load",
-    "merged_head_update",
-    "model_fingerprint",
+    "load_corrections",
     "read_safetensors",
     "save",
     "write_atomic",
@@ -53,16 +51,6 @@ __all__ = [
 META_KEY = "lm_eval_robust"
 SCHEMA_VERSION = 1
 _PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
-#: fingerprint fields that identify a model (compared by :func:`check_fingerprint`)
-_COMPARED = (
-    "architecture",
-    "hidden_size",
-    "vocab_size",
-    "head_sha256",
-    "head_bias_sha256",
-    "tokenizer_sha256",
-)
-_FIT_HINT = "re-run `lm-eval-robust fit`"
 
 
 class ConstantOffset(Protocol):
@@ -78,10 +66,6 @@ class ConstantOffset(Protocol):
     def at_b(self) -> dict[str, float] | None: ...
 
     def beta(self) -> np.ndarray | None: ...
-
-
-class CorrectionError(UserError):
-    """A correction file or object that cannot be used here (one line saying why and the fix)."""
 
 
 def _package_version() -> str:
@@ -373,7 +357,7 @@ def read_safetensors(
         raise CorrectionError(f"{p} is a directory; expected a .safetensors correction file")
     from lm_eval_robust.validate import read_bytes
 
-    raw = read_bytes(p, "correction file", f"pass a readable file; {_FIT_HINT}", CorrectionError)
+    raw = read_bytes(p, "correction file", f"pass a readable file; {FIT_HINT}", CorrectionError)
     header = _header(raw)
     if header is None:
         if _looks_like_pickle(raw[:8], p):
@@ -383,7 +367,7 @@ def read_safetensors(
             )
         raise CorrectionError(
             f"{p} is not a valid safetensors file (truncated or corrupt header, {len(raw)} bytes); "
-            f"{_FIT_HINT} to write it again"
+            f"{FIT_HINT} to write it again"
         )
     try:
         tensors = st_load(raw)
@@ -391,7 +375,7 @@ def read_safetensors(
         msg = " ".join(str(e).split())
         raise CorrectionError(
             f"{p} is not a valid safetensors file (truncated or corrupt: {msg}); "
-            f"{_FIT_HINT} to write it again"
+            f"{FIT_HINT} to write it again"
         ) from e
     meta_all = header.get("__metadata__") or {}
     if META_KEY not in meta_all:
@@ -409,7 +393,7 @@ def read_safetensors(
     if not isinstance(schema, int) or schema > SCHEMA_VERSION:
         raise CorrectionError(
             f"{p} uses correction schema {schema!r}; this lm-eval-robust reads schema "
-            f"<= {SCHEMA_VERSION} (upgrade lm-eval-robust or {_FIT_HINT})"
+            f"<= {SCHEMA_VERSION} (upgrade lm-eval-robust or {FIT_HINT})"
         )
     return dict(tensors), meta
 
@@ -426,9 +410,9 @@ def load(path: str | os.PathLike[str]) -> Correction:
     required = ("method", "label_token_ids", "labels", "task", "psi")
     missing = [k for k in required if k not in meta]
     if missing:
-        raise CorrectionError(f"{p}: metadata lacks {', '.join(missing)}; {_FIT_HINT}")
+        raise CorrectionError(f"{p}: metadata lacks {', '.join(missing)}; {FIT_HINT}")
     if "beta" not in tensors:
-        raise CorrectionError(f"{p} has no 'beta' tensor; {_FIT_HINT}")
+        raise CorrectionError(f"{p} has no 'beta' tensor; {FIT_HINT}")
     w = tensors.get("W")
     if meta.get("has_W", w is not None) and w is None:
         raise CorrectionError(
@@ -456,123 +440,7 @@ def load(path: str | os.PathLike[str]) -> Correction:
 
 
 # --------------------------------------------------------------------------------------------
-# fingerprint
-
-
-def _sha16(h: Any) -> str:
-    return str(h.hexdigest()[:16])
-
-
-def _hash_tensor(t: Any, rows_per_chunk: int = 4096) -> str:
-    """sha256 (16 hex) of a tensor's float32 C-contiguous bytes, hashed in row chunks."""
-    import torch
-
-    if t.device.type == "meta":
-        raise CorrectionError(
-            "the output layer's weights are on the meta device (not loaded); load the model "
-            "fully before fingerprinting it"
-        )
-    h = hashlib.sha256()
-    x = t.detach()
-    if x.ndim == 1:
-        h.update(x.to(torch.float32).contiguous().cpu().numpy().tobytes())
-        return _sha16(h)
-    for s in range(0, x.shape[0], rows_per_chunk):
-        h.update(x[s : s + rows_per_chunk].to(torch.float32).contiguous().cpu().numpy().tobytes())
-    return _sha16(h)
-
-
-def _tokenizer_sha(tokenizer: Any) -> str:
-    vocab = tokenizer.get_vocab()
-    items = sorted((str(k), int(v)) for k, v in vocab.items())
-    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
-    return _sha16(hashlib.sha256(text.encode("utf-8")))
-
-
-def model_fingerprint(model: Any, tokenizer: Any) -> dict[str, Any]:
-    """Identity of a HF causal LM for matching corrections.
-
-    ``architecture`` (``config.architectures[0]`` or ``model_type``), ``model_type``,
-    ``name_or_path`` (informative only), ``hidden_size`` and ``vocab_size`` (from the output
-    layer's weight shape), ``head_sha256`` (sha256 of ``get_output_embeddings().weight`` as float32
-    C-contiguous bytes, first 16 hex), ``head_bias_sha256`` (same for its bias, or None),
-    ``tokenizer_sha256`` (sha256 of the canonical JSON of the sorted ``get_vocab()`` items, first
-    16 hex) and ``tokenizer_vocab_size``.
-    """
-    cfg = getattr(model, "config", None)
-    archs = list(getattr(cfg, "architectures", None) or [])
-    model_type = getattr(cfg, "model_type", None)
-    head = model.get_output_embeddings()
-    if head is None or getattr(head, "weight", None) is None:
-        raise CorrectionError(
-            f"{type(model).__name__} has no output embeddings (LM head) to fingerprint"
-        )
-    weight = head.weight
-    vocab_rows, hidden = (int(s) for s in weight.shape)
-    bias = getattr(head, "bias", None)
-    vocab = tokenizer.get_vocab()
-    return {
-        "architecture": archs[0] if archs else (model_type or type(model).__name__),
-        "model_type": model_type,
-        "name_or_path": getattr(cfg, "_name_or_path", None) or None,
-        "hidden_size": hidden,
-        "vocab_size": vocab_rows,
-        "head_sha256": _hash_tensor(weight),
-        "head_bias_sha256": _hash_tensor(bias) if bias is not None else None,
-        "tokenizer_sha256": _tokenizer_sha(tokenizer),
-        "tokenizer_vocab_size": len(vocab),
-    }
-
-
-def _describe_model(fp: dict[str, Any]) -> str:
-    name = fp.get("name_or_path") or fp.get("architecture", "?")
-    head = str(fp.get("head_sha256", "?"))[:8]
-    arch, hidden = fp.get("architecture", "?"), fp.get("hidden_size", "?")
-    return f"{name} ({arch}, hidden {hidden}, head sha {head}…)"
-
-
-def _short(v: Any) -> str:
-    s = str(v)
-    return (
-        s[:8] + "…"
-        if isinstance(v, str) and len(s) == 16 and all(ch in "0123456789abcdef" for ch in s)
-        else s
-    )
-
-
-def check_model_fingerprint(want: dict[str, Any], fingerprint: dict[str, Any]) -> None:
-    """Raise :class:`CorrectionError` if fingerprint ``want`` (a correction's) is another model's.
-
-    Compares the identity fields (``architecture``, ``hidden_size``, ``vocab_size``,
-    ``head_sha256``, ``head_bias_sha256``, ``tokenizer_sha256``); fields absent from either side
-    are skipped, and a correction with none of them is refused.
-    """
-    compared = [k for k in _COMPARED if k in want and k in fingerprint]
-    if not compared:
-        raise CorrectionError(
-            "correction carries no model fingerprint, so it cannot be checked against this model; "
-            f"{_FIT_HINT} for this model"
-        )
-    diffs = [k for k in compared if want[k] != fingerprint[k]]
-    if diffs:
-        detail = ", ".join(f"{k} {_short(want[k])} vs {_short(fingerprint[k])}" for k in diffs)
-        raise CorrectionError(
-            f"correction was fitted for model {_describe_model(want)} but this model is "
-            f"{_describe_model(fingerprint)}: {detail}; {_FIT_HINT} for this model"
-        )
-    # absent = no adapter (files from before LoRA support were all fitted on base models)
-    mine, theirs = want.get("adapter_sha256"), fingerprint.get("adapter_sha256")
-    if mine != theirs:
-        raise CorrectionError(
-            f"correction was fitted on {_adapter_desc(mine)} but this model is "
-            f"{_adapter_desc(theirs)}; fit it with the same lora= as the run that uses it"
-        )
-
-
-def _adapter_desc(sha: Any) -> str:
-    if sha is None:
-        return "the base model (no LoRA adapter)"
-    return f"the model with LoRA adapter {_short(sha) if len(str(sha)) == 16 else sha}"
+# the model, task and labels a correction belongs to
 
 
 def check_fingerprint(
@@ -592,7 +460,7 @@ def check_fingerprint(
     if task is not None and task != correction.task:
         raise CorrectionError(
             f"correction was fitted for task {correction.task!r} but is applied to task {task!r}; "
-            f"{_FIT_HINT} for task {task!r}"
+            f"{FIT_HINT} for task {task!r}"
         )
     if label_token_ids is not None:
         given = [int(t) for t in label_token_ids]
@@ -600,99 +468,12 @@ def check_fingerprint(
             raise CorrectionError(
                 f"correction label token ids {correction.label_token_ids} (labels "
                 f"{correction.labels}, task {correction.task!r}) differ from this task's label "
-                f"token ids {given}; {_FIT_HINT} for this task"
+                f"token ids {given}; {FIT_HINT} for this task"
             )
 
 
 # --------------------------------------------------------------------------------------------
-# use
-
-
-def apply_correction(
-    correction: Correction, hidden: torch.Tensor, label_logits: torch.Tensor
-) -> torch.Tensor:
-    """Debiased label logits ``label_logits − (ψ(hidden)W + β)``, computed and returned in float32.
-
-    ``hidden [..., n]`` is the LM head's input at the answer position, ``label_logits [..., d]``
-    the logits of ``correction.label_token_ids`` there; the result is on ``label_logits``' device.
-    """
-    import torch
-
-    lg = label_logits.to(torch.float32)
-    d = correction.d
-    if lg.shape[-1] != d:
-        raise CorrectionError(
-            f"label_logits has {lg.shape[-1]} columns but the correction has {d} labels "
-            f"{correction.labels}"
-        )
-    beta = torch.as_tensor(np.asarray(correction.beta), dtype=torch.float32, device=lg.device)
-    if correction.W is None:
-        return lg - beta
-    n = correction.n
-    h = hidden.to(device=lg.device, dtype=torch.float32)
-    if h.shape[-1] != n:
-        raise CorrectionError(
-            f"hidden states have size {h.shape[-1]} but the correction was fitted for hidden size "
-            f"{n}; {_FIT_HINT} for this model"
-        )
-    if h.shape[:-1] != lg.shape[:-1]:
-        raise CorrectionError(
-            f"hidden {tuple(h.shape)} and label_logits {tuple(lg.shape)} disagree on batch shape"
-        )
-    w = torch.as_tensor(np.asarray(correction.W), dtype=torch.float32, device=lg.device)
-    bias = h @ w[:n] + w[-1]
-    if correction.psi == "norm":
-        bias = bias + torch.linalg.vector_norm(h, dim=-1, keepdim=True) * w[n]
-    return lg - (bias + beta)
-
-
-def corrected_label_logprobs(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Label log-probabilities ``ll [d]`` after subtracting ``b [d]`` from the label logits.
-
-    ``ll*_j = ll_j − b_j − log(1 − Σ_k p_k + Σ_k p_k e^{−b_k})`` with ``p_k = e^{ll_k}``: the
-    softmax over the whole vocabulary, renormalised exactly, from the labels' own values.
-    """
-    ll = np.asarray(ll, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    p = np.exp(ll)
-    rest = max(0.0, 1.0 - float(p.sum()))
-    return np.asarray(ll - b - np.log(rest + float((p * np.exp(-b)).sum())), dtype=np.float64)
-
-
-def merged_head_update(
-    correction: Correction, head_weight: torch.Tensor, head_bias: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """New LM-head rows and bias for the label tokens, folding the correction into the head.
-
-    With ``ψ(x) = [x, 1]``: ``rows_new = rows − W[:n]ᵀ`` and ``bias_new = bias − (W[n] + β)``
-    (a missing head bias counts as 0; the caller must then add a bias to the head). Returned as
-    float32 ``[d, n]`` and ``[d]`` on ``head_weight``'s device; cast to the head's dtype yourself.
-    A ``psi="norm"`` correction is not linear in x and cannot be merged (CorrectionError).
-    """
-    import torch
-
-    if not correction.mergeable:
-        raise CorrectionError(
-            f"a psi={correction.psi!r} correction uses ‖x‖ and is not mergeable into the LM head; "
-            "apply it as a hook on the label logits instead"
-        )
-    ids = torch.as_tensor(correction.label_token_ids, dtype=torch.long, device=head_weight.device)
-    rows = head_weight.detach().index_select(0, ids).to(torch.float32)
-    if head_bias is not None:
-        bias = head_bias.detach().index_select(0, ids).to(torch.float32)
-    else:
-        bias = torch.zeros(correction.d, dtype=torch.float32, device=head_weight.device)
-    beta = torch.as_tensor(np.asarray(correction.beta), dtype=torch.float32, device=rows.device)
-    if correction.W is None:
-        return rows.clone(), bias - beta
-    n = correction.n
-    if rows.shape[1] != n:
-        raise CorrectionError(
-            f"LM head has hidden size {rows.shape[1]} but the correction was fitted for {n}; "
-            f"{_FIT_HINT} for this model"
-        )
-    w = torch.as_tensor(np.asarray(correction.W), dtype=torch.float32, device=rows.device)
-    return rows - w[:n].T, bias - (w[n] + beta)
+# fit summaries and corrections per task
 
 
 def fit_summary(c: Correction) -> dict[str, Any]:
@@ -724,10 +505,6 @@ def fit_summaries(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         corr = load(f)
         out[corr.task] = fit_summary(corr)
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# corrections per task
 
 
 _SPLIT_SUFFIXES = ("_train", "_holdout")

@@ -15,3 +15,11 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message}; see `{self.prog} --help`")
+
+
+class CorrectionError(UserError):
+    """A correction file or object that cannot be used here (one line saying why and the fix)."""
+
+
+#: the fix a correction error names when the correction must be fitted again
+FIT_HINT = "re-run `lm-eval-robust fit`"

@@ -26,14 +26,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.correction import (
-    Correction,
-    CorrectionError,
-    check_fingerprint,
-    load,
-    merged_head_update,
-    model_fingerprint,
-)
+from lm_eval_robust.correction import Correction, CorrectionError, check_fingerprint, load
+from lm_eval_robust.debias import merged_head_update
+from lm_eval_robust.fingerprint import model_fingerprint
 
 REMOTE_MODULE = "modeling_lm_eval_robust"
 REMOTE_CLASS = "DebiasedHeadForCausalLM"

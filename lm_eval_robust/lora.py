@@ -114,12 +114,12 @@ def get_module(model: torch.nn.Module, name: str) -> torch.nn.Module:
 
 def adapter_fingerprint(model: torch.nn.Module, tokenizer: Any, module: str) -> dict[str, Any]:
     """The base model's fingerprint plus the hash of the adapted module's weight."""
-    from lm_eval_robust.correction import _hash_tensor, model_fingerprint
+    from lm_eval_robust.fingerprint import hash_tensor, model_fingerprint
 
     fp = model_fingerprint(model, tokenizer)
     weight = module_weight(get_module(model, module))
     fp["adapted_module"] = module
-    fp["adapted_weight_sha256"] = _hash_tensor(weight)
+    fp["adapted_weight_sha256"] = hash_tensor(weight)
     return fp
 
 

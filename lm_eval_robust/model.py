@@ -9,19 +9,22 @@ forward (and any logit soft-capping after the head) runs unchanged; the same hoo
 head's input, the last hidden state ``x`` used by the corrections and by feature collection.
 Requests with longer continuations, ``loglikelihood_rolling`` and generation take the parent
 class's path.
+
+Pieces the class uses live apart: the float32 label scorer (:mod:`lm_eval_robust.label_scores`),
+feature collection and its file (:mod:`lm_eval_robust.feature_collector`,
+:mod:`lm_eval_robust.feature_shards`), the CPU dtype default (:mod:`lm_eval_robust.cpu_dtype`).
+What remains is one concept over 500 lines: the harness model class, whose request paths
+(last positions, prefix cache, per-task corrections and LoRA adapters, generation with layer
+corrections) share its state and are overridden from ``HFLM`` together.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import os
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -30,8 +33,11 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
+from lm_eval_robust.cpu_dtype import cpu_dtype_default
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.feature_collector import FeatureCollector, FeatureError
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens, last_positions_head
+from lm_eval_robust.label_scores import LABEL_SCORE_DTYPE, Float32LabelScorer
 from lm_eval_robust.offline_models import load_failure_message, resolve_pretrained
 from lm_eval_robust.prefix_cache import PrefixCache, inference_context
 from lm_eval_robust.tasks.data import check_data_dir_env
@@ -43,7 +49,7 @@ log = logging.getLogger(__name__)
 @contextmanager
 def corrected_head(model: torch.nn.Module, correction: Any) -> Iterator[None]:
     """Subtract ``psi(x) W + beta`` from the label-token logits of every head call (a hook)."""
-    from lm_eval_robust.correction import apply_correction
+    from lm_eval_robust.debias import apply_correction
 
     head = model.get_output_embeddings()  # type: ignore[operator]
     ids = torch.tensor(correction.label_token_ids, dtype=torch.long)
@@ -84,42 +90,6 @@ def _positive_int_or_none(value: Any, name: str) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise UserError(f"{name}={value!r} is not a positive whole number; give e.g. {name}=16")
     return int(text)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX), as oneDNN reports."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def _checkpoint_dtype(folder: str) -> str:
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    text = config.get("torch_dtype") or config.get("dtype") or ""
-    if not text and isinstance(config.get("text_config"), dict):
-        text = config["text_config"].get("torch_dtype") or config["text_config"].get("dtype") or ""
-    return str(text)
-
-
-def cpu_dtype_default(pretrained: str, kwargs: Mapping[str, Any]) -> str | None:
-    """``float32`` where the user left ``dtype`` at auto, the model runs on a CPU without native
-    bfloat16, and the local checkpoint is stored in half precision (emulated half precision is
-    several times slower there; the label scores are float32 either way); else None."""
-    if str(kwargs.get("dtype", "auto")).lower() != "auto" or "torch_dtype" in kwargs:
-        return None
-    device = str(kwargs.get("device") or "cuda").lower()
-    on_cpu = device.startswith("cpu") or (
-        device.startswith("cuda") and not torch.cuda.is_available()
-    )
-    if not on_cpu or cpu_has_native_bf16():
-        return None
-    if _checkpoint_dtype(pretrained) in ("bfloat16", "float16"):
-        return "float32"
-    return None
 
 
 @register_model("debiased_hf")
@@ -258,7 +228,7 @@ class DebiasedHFLM(HFLM):
     @property
     def fingerprint(self) -> dict[str, Any]:
         if self._fingerprint is None:
-            from lm_eval_robust.correction import model_fingerprint
+            from lm_eval_robust.fingerprint import model_fingerprint
 
             fp = model_fingerprint(self.model, self.tokenizer)
             shas = sorted(a.sha256 for a in self._adapters.values())
@@ -591,7 +561,7 @@ class DebiasedHFLM(HFLM):
                 self._collector.add(task, doc_id, hidden, logits[ids], ids)
         if row.key is None:
             return
-        from lm_eval_robust.correction import apply_correction
+        from lm_eval_robust.debias import apply_correction
 
         corr = self._corrections[row.key]
         ids = next(iter(doc_ids.values()))
@@ -633,176 +603,8 @@ class DebiasedHFLM(HFLM):
         return logits, captured["hidden"]
 
 
-#: precision of every label log-likelihood of the last-positions path (recorded in results files)
-LABEL_SCORE_DTYPE = "float32"
-
-
-class LabelScoreError(UserError):
-    """An output layer whose logits cannot be recomputed in float32 from its input."""
-
-
-class Float32LabelScorer:
-    """Logits at the scored positions in float32, from the head's input, whatever the model's dtype.
-
-    A bf16 head rounds logits to 8 significant bits, so distinct labels often get exactly equal
-    log-likelihoods and the first label wins every such tie. Here the head's input ``x`` (the
-    model's own, in its dtype) is multiplied by a float32 copy of the head weight (and bias), the
-    model's final logit soft-capping is applied in float32, and the log-softmax normaliser is then
-    taken over the float32 logits. Only the scored positions are computed, so the cost is one
-    ``[rows, hidden] x [hidden, vocab]`` product per batch; the float32 weight copy is made once.
-    The first call checks that the recomputed logits agree with the model's own to its precision
-    (a head that scales or post-processes logits otherwise is refused rather than mis-scored).
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self._weight: torch.Tensor | None = None
-        self._bias: torch.Tensor | None = None
-        self._key: tuple[int, int] | None = None
-        self._checked = False
-        cfg = getattr(model, "config", None)
-        text_cfg = getattr(cfg, "text_config", None) or cfg
-        cap = getattr(text_cfg, "final_logit_softcapping", None)
-        self.softcap = float(cap) if cap else None
-
-    def _head32(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        head = self.model.get_output_embeddings()  # type: ignore[operator]
-        w = head.weight
-        key = (w.data_ptr(), int(w._version))
-        if self._weight is None or self._key != key:
-            self._weight = w.detach().to(torch.float32)
-            b = getattr(head, "bias", None)
-            self._bias = None if b is None else b.detach().to(torch.float32)
-            self._key = key
-        return self._weight, self._bias
-
-    def scores(self, logits: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits ``[batch, k, vocab]`` for the model's ``logits`` at the same positions."""
-        if logits.dtype == torch.float32 and hidden.dtype == torch.float32:
-            return logits
-        w, b = self._head32()
-        out = F.linear(hidden.detach().to(device=w.device, dtype=torch.float32), w, b)
-        if self.softcap is not None:
-            out = torch.tanh(out / self.softcap) * self.softcap
-        out = out.to(logits.device)
-        if not self._checked:
-            self._check(out, logits)
-        return out
-
-    def _check(self, ours: torch.Tensor, theirs: torch.Tensor) -> None:
-        ref = theirs.to(torch.float32)
-        # the model's logits are ours rounded to its precision (up to summation order)
-        eps = torch.finfo(theirs.dtype).eps
-        tol = 4 * eps * ref.abs().amax().clamp(min=1.0) + 1e-3
-        err = float((ours - ref).detach().abs().amax())
-        if not math.isfinite(err) or err > float(tol):
-            raise LabelScoreError(
-                f"this model's output layer does more than x @ W.T (+ bias, soft-capping): its "
-                f"{theirs.dtype} logits differ from the float32 recomputation by {err:.3g}; run "
-                "it in float32 (--model_args dtype=float32)"
-            )
-        self._checked = True
-
-
-class FeatureCollector:
-    """Per-doc features of our tasks, written as one safetensors shard per task and rank."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = Path(directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise FeatureError(
-                f"cannot write features to {directory} ({exc.strerror or exc}); pass a writable "
-                "folder as collect_features=DIR"
-            ) from None
-        self._meta: dict[tuple[str, int], dict[str, Any]] = {}
-        self._rows: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
-        self._styles: dict[str, str] = {}
-
-    def note_doc(self, task: str, doc_id: int, doc: dict[str, Any], style: str = "plain") -> None:
-        self._styles[task] = style
-        self._meta[(task, doc_id)] = {
-            "example_id": str(doc["example_id"]),
-            "pert_id": int(doc["pert_id"]),
-            "gold": int(doc["gold"]),
-            "pert_kind": str(doc.get("pert_kind", "")),
-            "format_id": str(doc.get("format_id", "")),
-        }
-
-    def add(
-        self,
-        task: str,
-        doc_id: int,
-        hidden: torch.Tensor,
-        label_logits: torch.Tensor,
-        ids: list[int],
-    ) -> None:
-        h = hidden.detach().float().cpu()
-        lg = label_logits.detach().float().cpu()
-        if not (torch.isfinite(h).all() and torch.isfinite(lg).all()):
-            raise FeatureError(
-                f"non-finite hidden state or label logits for {task} doc {doc_id}; run the model "
-                "in float32 (--model_args dtype=float32) or check the checkpoint"
-            )
-        self._rows[(task, doc_id)] = (h, lg, ids)
-
-    def write(
-        self,
-        rank: int,
-        fingerprint: dict[str, Any] | Callable[[str], dict[str, Any]],
-        head_weight: torch.Tensor,
-    ) -> list[Path]:
-        """One shard per task; ``fingerprint`` may depend on the task (per-task LoRA adapters)."""
-        from safetensors.torch import save_file
-
-        written = []
-        tasks = sorted({t for t, _ in self._rows})
-        for task in tasks:
-            keys = sorted(k for k in self._rows if k[0] == task)
-            x = torch.stack([self._rows[k][0] for k in keys])
-            widths = {len(self._rows[k][2]) for k in keys}
-            if len(widths) != 1:
-                raise FeatureError(f"{task}: docs have different numbers of labels {widths}")
-            logits = torch.stack([self._rows[k][1] for k in keys])
-            ids = torch.tensor([self._rows[k][2] for k in keys], dtype=torch.long)
-            meta = [self._meta[k] for k in keys]
-            # LM-head rows of the clean prompts' label tokens (for the Lipschitz radius)
-            first_clean = next((i for i, m in enumerate(meta) if m["pert_id"] == 0), 0)
-            rows = head_weight.detach()[ids[first_clean].to(head_weight.device)].float().cpu()
-            tensors = {
-                "head_rows": rows.contiguous(),
-                "x": x.contiguous(),
-                "label_logits": logits.contiguous(),
-                "label_token_ids": ids,
-                "pert_id": torch.tensor([m["pert_id"] for m in meta], dtype=torch.long),
-                "gold": torch.tensor([m["gold"] for m in meta], dtype=torch.long),
-            }
-            header = {
-                "task": task,
-                "example_id": [m["example_id"] for m in meta],
-                "pert_kind": [m["pert_kind"] for m in meta],
-                "format_id": [m["format_id"] for m in meta],
-                "prompt_style": self._styles.get(task, "plain"),
-                "label_score_dtype": LABEL_SCORE_DTYPE,
-                "fingerprint": fingerprint(task) if callable(fingerprint) else fingerprint,
-            }
-            out = self.directory / task / f"rank{rank}.safetensors"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            save_file(tensors, str(tmp), metadata={"lm_eval_robust": json.dumps(header)})
-            os.replace(tmp, out)
-            written.append(out)
-        self._rows.clear()
-        return written
-
-
 class PromptStyleError(UserError):
     """Prompts in another style than the task or correction asks for."""
-
-
-class FeatureError(UserError):
-    """Collected features that cannot be used."""
 
 
 def _is_ours(req: Any) -> bool:

@@ -34,7 +34,7 @@ __all__ = ["ReplayError", "corrected_loglikelihoods", "replay"]
 
 def corrected_loglikelihoods(ll: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``ll [d]`` of the labels after subtracting ``b [d]`` from their logits."""
-    from lm_eval_robust.correction import corrected_label_logprobs
+    from lm_eval_robust.debias import corrected_label_logprobs
 
     return corrected_label_logprobs(ll, b)
 
@@ -110,7 +110,7 @@ def _bias_table(feats: Any, correction: Any) -> dict[tuple[str, int], Any]:
     """``(example_id, pert_id) -> b`` for every prompt with collected features."""
     import torch
 
-    from lm_eval_robust.correction import apply_correction
+    from lm_eval_robust.debias import apply_correction
 
     task = feats.task
     ids = [int(t) for t in feats.label_token_ids[0]]
@@ -176,11 +176,7 @@ def _replay(
     stage: Any,
     model: str | None = None,
 ) -> Path:
-    from lm_eval_robust.correction import (
-        correction_key,
-        fit_summary,
-        load_corrections,
-    )
+    from lm_eval_robust.correction import correction_key, fit_summary, load_corrections
     from lm_eval_robust.report.pairing import _find_results, _model_args
 
     try:

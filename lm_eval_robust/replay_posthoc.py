@@ -2,7 +2,7 @@
 
 A constant offset, batch or clean calibration (any correction without ``W``) subtracts the same
 ``β`` from the label logits of every prompt, so the corrected label log-likelihoods follow from
-the logged ones (:func:`lm_eval_robust.correction.corrected_label_logprobs`): no model, no features,
+the logged ones (:func:`lm_eval_robust.debias.corrected_label_logprobs`): no model, no features,
 and a run made by any engine with ``--log_samples`` (``hf``, ``debiased_hf``, ``vllm``,
 ``debiased_vllm``, ``local-completions``) can be corrected afterwards. What a real run checks is
 checked here from the files: the correction's model fingerprint against the checkpoint folder the

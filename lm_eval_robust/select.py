@@ -76,13 +76,13 @@ def candidates(
     disagree (in two styles it is two rows).
     """
     from lm_eval_robust.metrics.classification import auc_clean
-    from lm_eval_robust.report.pairing import label_runs
-    from lm_eval_robust.report.tables import (
+    from lm_eval_robust.report.estimates import (
         ReportSettings,
         TaskSummary,
         build_report,
         prompt_style,
     )
+    from lm_eval_robust.report.pairing import label_runs
 
     paths = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
     runs = label_runs(paths, None)

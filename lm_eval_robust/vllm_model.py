@@ -12,7 +12,7 @@ Corrections:
 
 * a constant offset or calibration (no ``W``) changes only the label logits, so it is applied to
   the returned label log-probabilities with the exact renormalisation of
-  :func:`lm_eval_robust.correction.corrected_label_logprobs`;
+  :func:`lm_eval_robust.debias.corrected_label_logprobs`;
 * a ridge correction with ``psi="linear"`` needs the head's input, which vLLM does not return; it
   is folded into the output layer instead (``lm-eval-robust export --constant offset``, cached
   under ``$LM_EVAL_ROBUST_CACHE/merged/``) and vLLM serves the merged checkpoint, with the constant
@@ -99,7 +99,7 @@ class DebiasedVLLM(VLLM):
             served = self._load_corrections(path, correction)
         if current_platform.is_cpu():
             kwargs.setdefault("gpu_memory_utilization", CPU_MEMORY_FRACTION)
-            from lm_eval_robust.model import cpu_dtype_default
+            from lm_eval_robust.cpu_dtype import cpu_dtype_default
 
             chosen = cpu_dtype_default(path, {**kwargs, "device": "cpu"})
             if chosen is not None:
@@ -249,7 +249,8 @@ class DebiasedVLLM(VLLM):
         results: list[tuple[float, bool] | None],
     ) -> None:
         """Subtract each doc's correction from its label logits (renormalised, exactly)."""
-        from lm_eval_robust.correction import corrected_label_logprobs, correction_key
+        from lm_eval_robust.correction import correction_key
+        from lm_eval_robust.debias import corrected_label_logprobs
 
         for (task, _doc), by_idx in docs.items():
             key = correction_key(task)

@@ -28,13 +28,7 @@ import torch
 from safetensors.numpy import save_file
 
 from lm_eval_robust.cli import main as cli_main
-from lm_eval_robust.correction import (
-    Correction,
-    check_fingerprint,
-    load,
-    load_corrections,
-    save,
-)
+from lm_eval_robust.correction import Correction, check_fingerprint, load, load_corrections, save
 from lm_eval_robust.errors import UserError
 
 TASK = "ni322_format_pert"  # binary task: " Threat" / " Non"
@@ -413,7 +407,7 @@ def test_non_finite_features_in_shard(tmp_path: Path, bad: float):
 
 
 def test_non_finite_features_while_collecting(tmp_path: Path):
-    from lm_eval_robust.model import FeatureCollector
+    from lm_eval_robust.feature_collector import FeatureCollector
 
     collector = FeatureCollector(str(tmp_path))
     hidden = torch.tensor([1.0, float("nan"), 0.5])

@@ -42,7 +42,7 @@ from lm_eval_robust.errors import UserError
 def tiny_fp(tiny_model_dir: Path, data_dir: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_robust.correction import model_fingerprint
+    from lm_eval_robust.fingerprint import model_fingerprint
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -16,13 +16,12 @@ from lm_eval_robust.correction import (
     META_KEY,
     Correction,
     CorrectionError,
-    apply_correction,
     check_fingerprint,
     load,
-    merged_head_update,
-    model_fingerprint,
     save,
 )
+from lm_eval_robust.debias import apply_correction, merged_head_update
+from lm_eval_robust.fingerprint import model_fingerprint
 from lm_eval_robust.fit.ridge import fit_ridge
 
 N, D = 12, 3

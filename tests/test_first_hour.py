@@ -195,18 +195,18 @@ def _half_copy(src: Path, dst: Path) -> Path:
 def test_cpu_dtype_default(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lm_eval_robust import model
+    from lm_eval_robust import cpu_dtype
 
     half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
-    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
-    assert model.cpu_dtype_default(half, {"device": "cpu"}) == "float32"
-    assert model.cpu_dtype_default(half, {"device": "cpu", "dtype": "auto"}) == "float32"
-    assert model.cpu_dtype_default(half, {"device": "cpu", "dtype": "bfloat16"}) is None
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu"}) == "float32"
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu", "dtype": "auto"}) == "float32"
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu", "dtype": "bfloat16"}) is None
     full = str(tiny_model_dir)
-    if model._checkpoint_dtype(full) not in ("bfloat16", "float16"):
-        assert model.cpu_dtype_default(full, {"device": "cpu"}) is None
-    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: True)
-    assert model.cpu_dtype_default(half, {"device": "cpu"}) is None
+    if cpu_dtype.checkpoint_dtype(full) not in ("bfloat16", "float16"):
+        assert cpu_dtype.cpu_dtype_default(full, {"device": "cpu"}) is None
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: True)
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu"}) is None
 
 
 def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
@@ -214,10 +214,10 @@ def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
 ) -> None:
     import torch
 
-    from lm_eval_robust import model
+    from lm_eval_robust import cpu_dtype, model
 
     half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
-    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)
     lm = model.DebiasedHFLM(pretrained=half, device="cpu")
     assert lm.model.dtype == torch.float32
     info = lm.get_model_info()

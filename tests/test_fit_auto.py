@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from lm_eval_robust.correction import apply_correction, load, save
+from lm_eval_robust.correction import load, save
+from lm_eval_robust.debias import apply_correction
 from lm_eval_robust.fit import auto as auto_mod
 from lm_eval_robust.fit.auto import (
     CANDIDATES,
@@ -305,7 +306,8 @@ def test_export_of_the_identity_correction_changes_no_logit(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import Correction, model_fingerprint
+    from lm_eval_robust.correction import Correction
+    from lm_eval_robust.fingerprint import model_fingerprint
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

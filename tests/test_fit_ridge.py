@@ -11,20 +11,22 @@ import numpy as np
 import pytest
 
 from lm_eval_robust.fit import ridge
+from lm_eval_robust.fit.folds import grouped_folds
 from lm_eval_robust.fit.ridge import (
-    ALPHA_GRID,
     GramAccumulator,
     JitterWarning,
     ResidualRange,
-    balanced_accuracy,
     beta_midpoint,
     fit_ridge,
-    grouped_folds,
     predict_bias,
     psi_features,
+    solve,
+)
+from lm_eval_robust.fit.ridge_cv import (
+    ALPHA_GRID,
+    balanced_accuracy,
     select_alpha,
     select_lambda,
-    solve,
 )
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from lm_eval_robust.label_scores import Float32LabelScorer, LabelScoreError
 from lm_eval_robust.metrics.classification import acc_pert, bac_clean, bac_pert, tie_share
 from lm_eval_robust.metrics.ties import is_tied, pred_shares, tie_credit
-from lm_eval_robust.model import Float32LabelScorer, LabelScoreError
 
 
 class _Head(torch.nn.Module):
@@ -138,7 +138,8 @@ def test_fast_path_feeds_the_harness_cache(tiny_model_dir: Path, data_dir: Path)
 
 
 def test_features_with_use_cache_refused(tiny_model_dir: Path, data_dir: Path, tmp_path) -> None:
-    from lm_eval_robust.model import DebiasedHFLM, FeatureError
+    from lm_eval_robust.feature_collector import FeatureError
+    from lm_eval_robust.model import DebiasedHFLM
 
     reqs = _requests(["ni322_format_pert"], limit=2)
     lm = DebiasedHFLM(
@@ -232,7 +233,8 @@ def test_a_killed_run_resumes_from_the_harness_cache(
 
 
 def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> None:
-    from lm_eval_robust.fit.features import FeatureFileError, rescore_label_logits
+    from lm_eval_robust.feature_shards import FeatureFileError
+    from lm_eval_robust.fit.features import rescore_label_logits
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 16)).astype(np.float32)
@@ -247,7 +249,8 @@ def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> Non
 
 
 def test_one_estimation_variant_certifies_nothing() -> None:
-    from lm_eval_robust.metrics.certify import MarginTable, certify
+    from lm_eval_robust.metrics.certificates import certify
+    from lm_eval_robust.metrics.margins import MarginTable
 
     items = []
     for e in range(5):

@@ -10,7 +10,7 @@ import pytest
 
 from lm_eval_robust.cli import main as cli_main
 from lm_eval_robust.metrics.bootstrap import bac_from_counts
-from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.plan import (
     PlanSettings,
     examples_needed,

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
+from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.pairing import _fits, label_runs
-from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
+from lm_eval_robust.report.tables import to_csv, to_markdown
 from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 TASK = "ni1284_format_pert"

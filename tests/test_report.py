@@ -14,9 +14,10 @@ import pytest
 
 from lm_eval_robust.cli.report import main
 from lm_eval_robust.metrics import classification
-from lm_eval_robust.metrics.certify import CertConfig
+from lm_eval_robust.metrics.certificates import CertConfig
 from lm_eval_robust.report import pairing
-from lm_eval_robust.report.tables import ReportSettings, build_report, to_csv, to_markdown
+from lm_eval_robust.report.estimates import ReportSettings, build_report
+from lm_eval_robust.report.tables import to_csv, to_markdown
 
 STAMP = "2025-01-01T00-00-00.000001"
 # the conservative estimator, whose n/a cases at few variants the tests below rely on

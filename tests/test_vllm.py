@@ -85,7 +85,8 @@ def _margin_diff(reqs: list[Any], ref: list[Any], got: list[Any]) -> float:
 def _corrections(model: Any, tok: Any, folder: Path) -> tuple[Path, Path]:
     """A constant and a ridge correction for TASK's label tokens, small enough to pass the scale
     check and large enough to change predictions."""
-    from lm_eval_robust.correction import Correction, model_fingerprint, save
+    from lm_eval_robust.correction import Correction, save
+    from lm_eval_robust.fingerprint import model_fingerprint
 
     first = sorted((r for r in _requests() if r.doc_id == 0), key=lambda r: r.idx)
     labels = [r.args[1] for r in first]

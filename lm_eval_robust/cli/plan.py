@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lm_eval_robust.cli.args import PROG, CommandParser
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.certify import MarginTable
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.pairing import label_runs, pair_runs
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
 

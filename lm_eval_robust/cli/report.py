@@ -16,15 +16,10 @@ from typing import Any
 
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.certify import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
+from lm_eval_robust.metrics.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
+from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.pairing import label_runs
-from lm_eval_robust.report.tables import (
-    ReportSettings,
-    build_report,
-    to_csv,
-    to_json,
-    to_markdown,
-)
+from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
 
 __all__ = ["build_parser", "main"]
 

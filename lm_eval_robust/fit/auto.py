@@ -9,7 +9,7 @@ simplicity (fewest fitted parameters first; ties go to the earlier one):
 
 Contextual calibration is left out: it needs the model (content-free prompts), not features.
 
-The train examples are dealt into ``n_folds`` folds by :func:`~lm_eval_robust.fit.ridge.
+The train examples are dealt into ``n_folds`` folds by :func:`~lm_eval_robust.fit.folds.
 grouped_folds` with ``seed``: an example's clean prompt and all its perturbations stay in one
 fold. For each fold, each candidate is fitted on the other folds exactly as ``fit --method KIND``
 fits it (ridge picks its λ by its own grouped CV inside those folds) and scored on the held-out
@@ -37,8 +37,9 @@ import numpy as np
 from lm_eval_robust.correction import Correction
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.features import Features
+from lm_eval_robust.fit.folds import grouped_folds
 from lm_eval_robust.fit.measure import correction_bias, measure_radii
-from lm_eval_robust.fit.ridge import FitError, grouped_folds
+from lm_eval_robust.fit.ridge import FitError
 from lm_eval_robust.fit.run import (
     FitSettings,
     constant_search_of,

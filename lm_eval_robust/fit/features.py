@@ -1,6 +1,7 @@
 """Collected features (written by ``debiased_hf`` with ``collect_features=DIR``), as arrays.
 
-A task's folder holds one shard per rank (data parallel); :func:`load_features` merges them,
+A task's folder holds one shard per rank (data parallel; the file is
+:mod:`lm_eval_robust.feature_shards`); :func:`load_features` merges them,
 orders rows by (example, perturbation) and pairs every perturbed prompt with the clean prompt of
 the same source example, which is what the fit needs: ``F = M(x̂) − M(x)``.
 """
@@ -14,11 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.errors import UserError
-
-
-class FeatureFileError(UserError):
-    """Feature files that are missing, corrupt or inconsistent."""
+from lm_eval_robust.feature_shards import FeatureFileError, read_shard, shard_files
 
 
 @dataclass
@@ -89,50 +86,6 @@ class PairedFeatures:
         return self.logits_pert - self.logits_clean_of_pert
 
 
-_SHARD_TENSORS = ("head_rows", "x", "label_logits", "label_token_ids", "pert_id", "gold")
-
-
-def _check_shard(path: Path, t: dict[str, np.ndarray]) -> None:
-    missing = [k for k in _SHARD_TENSORS if k not in t]
-    if missing:
-        raise FeatureFileError(f"{path} lacks {', '.join(missing)}; collect the features again")
-    rows, n = t["x"].shape if t["x"].ndim == 2 else (-1, -1)
-    d = t["label_logits"].shape[-1] if t["label_logits"].ndim == 2 else -1
-    shapes_ok = (
-        rows >= 0
-        and t["label_logits"].shape == (rows, d)
-        and t["label_token_ids"].shape == (rows, d)
-        and t["pert_id"].shape == (rows,)
-        and t["gold"].shape == (rows,)
-        and t["head_rows"].shape == (d, n)
-    )
-    if not shapes_ok:
-        shapes = ", ".join(f"{k} {tuple(t[k].shape)}" for k in _SHARD_TENSORS)
-        raise FeatureFileError(
-            f"{path} has inconsistent shapes ({shapes}); collect the features again"
-        )
-
-
-def _read_shard(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    from safetensors import SafetensorError, safe_open
-
-    from lm_eval_robust.validate import regular_file
-
-    regular_file(path, "feature shard", "remove it and collect again", FeatureFileError)
-    try:
-        with safe_open(str(path), framework="numpy") as fh:
-            meta = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FeatureFileError(
-            f"{path} is not a readable feature file ({exc}); collect again"
-        ) from None
-    if "lm_eval_robust" not in meta:
-        raise FeatureFileError(f"{path} has no lm_eval_robust metadata; collect again")
-    _check_shard(path, tensors)
-    return tensors, json.loads(meta["lm_eval_robust"])
-
-
 def _signature(tensors: dict[str, np.ndarray], header: dict[str, Any]) -> str:
     """What every shard of one collection shares: task, model, prompt style and widths."""
     x, lg = tensors.get("x"), tensors.get("label_logits")
@@ -175,13 +128,13 @@ def _check_one_collection(
 def load_features(directory: str | Path) -> Features:
     """Merge the rank shards of one task folder."""
     d = Path(directory)
-    shards = sorted(d.glob("rank*.safetensors"))
+    shards = shard_files(d)
     if not shards:
         raise FeatureFileError(
             f"no feature shards (rank*.safetensors) in {d}; collect them with --model_args "
             "collect_features=DIR on a _train task"
         )
-    parts = [_read_shard(s) for s in shards]
+    parts = [read_shard(s) for s in shards]
     _check_one_collection(d, shards, parts)
     tasks = {h["task"] for _, h in parts}
     fps = {json.dumps(h["fingerprint"], sort_keys=True) for _, h in parts}
@@ -274,11 +227,11 @@ def _head_weight(where: Path, fingerprint: dict[str, Any]) -> np.ndarray:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from lm_eval_robust.correction import _hash_tensor
+        from lm_eval_robust.fingerprint import hash_tensor
 
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
         weight = model.get_output_embeddings().weight.detach()
-        if _hash_tensor(weight) != want:
+        if hash_tensor(weight) != want:
             raise FeatureFileError(
                 f"{where}: the head of {path} is not the one these features were collected with; "
                 "collect the features again"

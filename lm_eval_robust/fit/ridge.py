@@ -14,6 +14,7 @@ example. The bias model is ``b(x̂) = ψ(x̂)W + β`` with
 the paper's ``λI_{n+2}``. ``α`` may be negative (then ``H`` may be indefinite: :func:`solve`
 reports it).
 
+The choice of ``λ`` and ``α`` by grouped cross-validation is :mod:`lm_eval_robust.fit.ridge_cv`.
 Pure numpy/scipy; nothing here knows about models or the harness.
 """
 
@@ -34,35 +35,24 @@ from scipy.linalg.lapack import dpocon
 from lm_eval_robust.errors import UserError
 
 __all__ = [
-    "ALPHA_GRID",
     "BETA_RULES",
-    "LAMBDA_GRID_REL",
     "PSI_KINDS",
+    "FitError",
     "GramAccumulator",
     "JitterWarning",
     "ResidualRange",
     "RidgeFit",
-    "Selection",
     "SingularGramError",
-    "balanced_accuracy",
     "beta_midpoint",
+    "bias_from_w",
     "fit_ridge",
-    "grouped_folds",
     "predict_bias",
     "psi_dim",
     "psi_features",
-    "select_alpha",
-    "select_lambda",
     "solve",
 ]
 
 PSI_KINDS = ("linear", "norm")
-
-#: α values swept by :func:`select_alpha` by default (the paper's Table 14).
-ALPHA_GRID: tuple[float, ...] = (-0.1, -0.05, -0.01, -0.005, 0.0, 0.005, 0.01, 0.05, 0.1)
-
-#: λ values swept by :func:`select_lambda`, relative to the mean diagonal of ΨᵀΨ.
-LAMBDA_GRID_REL: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 
 #: Jitter tried on a failed Cholesky, as multiples of the mean |diagonal| of H: 1e-10 … 1e-2.
 _JITTER_EXPONENTS = tuple(range(-10, -1))
@@ -131,7 +121,7 @@ def bias_from_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
+def check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
     """One-line ValueError naming the array and how many rows hold NaN / inf (scanned in chunks)."""
     nan_rows = inf_rows = 0
     for s in range(0, a.shape[0], chunk):
@@ -154,7 +144,7 @@ def _check_finite(name: str, a: np.ndarray, chunk: int = 4096) -> None:
     )
 
 
-def _as_2d(name: str, a: Any, cols: int | None = None) -> np.ndarray:
+def as_2d(name: str, a: Any, cols: int | None = None) -> np.ndarray:
     arr = np.asarray(a)
     if arr.ndim != 2:
         raise FitError(f"{name} must be a 2-D array [rows, cols]; got shape {arr.shape}")
@@ -199,23 +189,23 @@ class GramAccumulator:
     # -- accumulation ------------------------------------------------------------------------
     def add(self, x_pert: ArrayLike, f: ArrayLike) -> None:
         """Accumulate perturbed rows: ΨᵀΨ += ψ(x̂)ᵀψ(x̂), ΨᵀF += ψ(x̂)ᵀf."""
-        x = _as_2d("x_pert", x_pert, self.n)
-        fa = _as_2d("f", f, self.d)
-        if x.shape[0] != fa.shape[0]:
-            raise FitError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
-        _check_finite("x_pert", x, self.chunk)
-        _check_finite("f", fa, self.chunk)
+        x = as_2d("x_pert", x_pert, self.n)
+        shift = as_2d("f", f, self.d)
+        if x.shape[0] != shift.shape[0]:
+            raise FitError(f"x_pert has {x.shape[0]} rows but f has {shift.shape[0]}")
+        check_finite("x_pert", x, self.chunk)
+        check_finite("f", shift, self.chunk)
         for s in range(0, x.shape[0], self.chunk):
             psi = psi_features(x[s : s + self.chunk], self.psi)
             # psi.T is F-contiguous [p, b]: dsyrk(trans=0) gives psiᵀpsi, upper triangle, in place.
             self._gram = dsyrk(1.0, psi.T, beta=1.0, c=self._gram, trans=0, lower=0, overwrite_c=1)
-            self._cross += psi.T @ np.asarray(fa[s : s + self.chunk], dtype=np.float64)
+            self._cross += psi.T @ np.asarray(shift[s : s + self.chunk], dtype=np.float64)
         self.n_rows += x.shape[0]
 
     def add_clean(self, x_clean: ArrayLike) -> None:
         """Accumulate clean rows for the Gram penalty: Ψ_cᵀΨ_c += ψ(x)ᵀψ(x)."""
-        x = _as_2d("x_clean", x_clean, self.n)
-        _check_finite("x_clean", x, self.chunk)
+        x = as_2d("x_clean", x_clean, self.n)
+        check_finite("x_clean", x, self.chunk)
         if self._gram_clean is None:
             self._gram_clean = np.zeros((self.p, self.p), dtype=np.float64, order="F")
         for s in range(0, x.shape[0], self.chunk):
@@ -272,7 +262,7 @@ class GramAccumulator:
 
     @property
     def mean_diag(self) -> float:
-        """Mean of the diagonal of ΨᵀΨ: the scale :func:`select_lambda` measures λ against."""
+        """Mean of the diagonal of ΨᵀΨ: the scale the λ grid of cross-validation is relative to."""
         return float(np.mean(np.diagonal(self._gram)))
 
 
@@ -388,18 +378,18 @@ class ResidualRange:
         self.n_rows = 0
 
     def update(self, x_pert: ArrayLike, f: ArrayLike, w: ArrayLike, chunk: int = 4096) -> None:
-        x = _as_2d("x_pert", x_pert)
-        fa = _as_2d("f", f, self.d)
+        x = as_2d("x_pert", x_pert)
+        shift = as_2d("f", f, self.d)
         w = np.asarray(w, dtype=np.float64)
         if w.ndim != 2 or w.shape[1] != self.d:
             raise FitError(f"W must be [p, {self.d}]; got shape {w.shape}")
-        if x.shape[0] != fa.shape[0]:
-            raise FitError(f"x_pert has {x.shape[0]} rows but f has {fa.shape[0]}")
-        _check_finite("x_pert", x, chunk)
-        _check_finite("f", fa, chunk)
+        if x.shape[0] != shift.shape[0]:
+            raise FitError(f"x_pert has {x.shape[0]} rows but f has {shift.shape[0]}")
+        check_finite("x_pert", x, chunk)
+        check_finite("f", shift, chunk)
         for s in range(0, x.shape[0], chunk):
-            xc, fc = x[s : s + chunk], fa[s : s + chunk]
-            r = np.asarray(fc, dtype=np.float64) - bias_from_w(xc, w)
+            x_chunk, shift_chunk = x[s : s + chunk], shift[s : s + chunk]
+            r = np.asarray(shift_chunk, dtype=np.float64) - bias_from_w(x_chunk, w)
             np.minimum(self.rmin, r.min(axis=0), out=self.rmin)
             np.maximum(self.rmax, r.max(axis=0), out=self.rmax)
             self.rsum += r.sum(axis=0)
@@ -455,15 +445,15 @@ def fit_ridge(
     beta: str = "midpoint",
 ) -> RidgeFit:
     """Fit ``W`` (Gram solve) and ``β`` (residual midpoint, or mean) on in-memory arrays."""
-    x = _as_2d("x_pert", x_pert)
-    fa = _as_2d("f", f)
-    acc = GramAccumulator(x.shape[1], fa.shape[1], psi, chunk=chunk)
-    acc.add(x, fa)
+    x = as_2d("x_pert", x_pert)
+    shift = as_2d("f", f)
+    acc = GramAccumulator(x.shape[1], shift.shape[1], psi, chunk=chunk)
+    acc.add(x, shift)
     if x_clean is not None:
         acc.add_clean(x_clean)
     w = solve(acc, lam, alpha)
-    rr = ResidualRange(fa.shape[1])
-    rr.update(x, fa, w, chunk=chunk)
+    rr = ResidualRange(shift.shape[1])
+    rr.update(x, shift, w, chunk=chunk)
     return RidgeFit(
         W=w,
         beta=rr.beta_by(beta),
@@ -478,390 +468,10 @@ def fit_ridge(
 
 def predict_bias(fit: RidgeFit, x: ArrayLike) -> np.ndarray:
     """``ψ(x)W + β``, float64 ``[b, d]``."""
-    x = _as_2d("x", x)
+    x = as_2d("x", x)
     if psi_dim(x.shape[1], fit.psi) != fit.W.shape[0]:
         raise FitError(
             f"features have n={x.shape[1]} but the fit's W has {fit.W.shape[0]} rows "
             f"(psi={fit.psi})"
         )
     return bias_from_w(x, fit.W) + fit.beta
-
-
-# --------------------------------------------------------------------------------------------
-# metrics and folds
-
-
-def balanced_accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Mean over the classes present in ``y_true`` of the per-class recall (NaN when empty)."""
-    yt = np.asarray(y_true)
-    yp = np.asarray(y_pred)
-    if yt.shape != yp.shape:
-        raise FitError(f"y_true {yt.shape} and y_pred {yp.shape} differ in shape")
-    if yt.size == 0:
-        return float("nan")
-    classes = np.unique(yt)
-    recalls = [float(np.mean(yp[yt == c] == c)) for c in classes]
-    return float(np.mean(recalls))
-
-
-def grouped_folds(example_ids: ArrayLike, n_folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Fold index per row; every row of one example id lands in the same fold.
-
-    The distinct ids are sorted, permuted with ``numpy.random.default_rng(seed)`` and dealt into
-    ``min(n_folds, #ids)`` near-equal groups, so the assignment depends only on the set of ids.
-    """
-    ids = np.asarray(example_ids)
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    fold_of_uniq = _fold_of_unique(len(uniq), n_folds, seed)
-    return fold_of_uniq[inverse.reshape(-1)]
-
-
-def _fold_of_unique(n_unique: int, n_folds: int, seed: int) -> np.ndarray:
-    if n_folds < 2:
-        raise FitError(f"n_folds must be at least 2; got {n_folds}")
-    if n_unique < 2:
-        raise FitError(f"cross-validation needs at least 2 distinct examples; got {n_unique}")
-    k = min(n_folds, n_unique)
-    perm = np.random.default_rng(seed).permutation(n_unique)
-    fold = np.empty(n_unique, dtype=np.int64)
-    for i, part in enumerate(np.array_split(perm, k)):
-        fold[part] = i
-    return fold
-
-
-# --------------------------------------------------------------------------------------------
-# hyper-parameter selection (train only, grouped K-fold)
-
-
-@dataclass(eq=False)
-class Selection:
-    """Outcome of :func:`select_alpha` / :func:`select_lambda`.
-
-    ``value`` is the chosen α or absolute λ; ``table`` has one dict per grid value with keys
-    ``value`` (and ``lam_rel`` for λ), ``bac_pert`` (mean over folds of held-out perturbed BAC after
-    debiasing), ``bac_pert_folds``, ``bac_pert_sd``, ``clean_change`` (mean held-out |ψ(x)W + β| on
-    clean prompts), ``bac_clean`` (held-out clean BAC after debiasing), ``jitter_fits`` (fold fits
-    that needed jitter) and ``failed`` (a fold fit was singular past the jitter limit; such values
-    are never chosen). ``baseline`` holds the held-out BACs without debiasing.
-    """
-
-    param: str
-    value: float
-    values: np.ndarray
-    table: list[dict[str, Any]]
-    baseline: dict[str, float]
-    criterion: str
-    n_folds: int
-    seed: int
-
-
-_CRITERION = (
-    "maximise the mean over grouped folds of the held-out perturbed-prompt balanced accuracy of "
-    "debiased logits; ties (within tie_tol) go to the smaller mean |clean-logit change| on "
-    "held-out clean prompts, then to the value of smaller magnitude"
-)
-
-
-def select_alpha(
-    x_pert: ArrayLike,
-    f: ArrayLike,
-    logits_pert: ArrayLike,
-    labels: ArrayLike,
-    example_ids: ArrayLike,
-    x_clean: ArrayLike,
-    logits_clean: ArrayLike,
-    clean_ids: ArrayLike,
-    *,
-    lam: float,
-    alphas: Sequence[float] = ALPHA_GRID,
-    psi: str = "linear",
-    n_folds: int = 5,
-    seed: int = 0,
-    labels_clean: ArrayLike | None = None,
-    tie_tol: float = 1e-9,
-    chunk: int = 4096,
-    beta: str = "midpoint",
-) -> Selection:
-    """Choose the Gram-penalty ``α`` by K-fold cross-validation on TRAIN rows only.
-
-    Inputs are the training split only: perturbed rows ``x_pert [N, n]``, ``f [N, d]``,
-    ``logits_pert [N, d]`` (= M(x̂)), gold ``labels [N]`` (label index) and ``example_ids [N]``;
-    clean rows ``x_clean [E, n]``, ``logits_clean [E, d]``, ``clean_ids [E]`` (one row per example;
-    ``labels_clean`` defaults to the label of the example's perturbed rows). Folds are grouped by
-    example id (:func:`grouped_folds`): an example's clean and perturbed rows are all in one fold.
-
-    Criterion: maximise the mean over folds of the held-out fold's perturbed-prompt balanced
-    accuracy of the debiased logits ``M(x̂) − (ψ(x̂)W + β)``, with ``W, β`` fitted on the other
-    folds; ties (within ``tie_tol``) are broken by the smaller mean |clean-logit change|
-    ``|ψ(x)W + β|`` on the held-out clean prompts, then by the smaller ``|α|``. In each fold ``λ``
-    is scaled by the fold's share of training rows so ``λ`` relative to the Gram matches the final
-    fit on all rows. Memory: one set of Gram sums per fold (``≈ 2·folds·(n+1)²·8`` bytes).
-    """
-    values = np.asarray(list(alphas), dtype=np.float64)
-    return _select(
-        "alpha",
-        values,
-        float(lam),
-        x_pert,
-        f,
-        logits_pert,
-        labels,
-        example_ids,
-        x_clean,
-        logits_clean,
-        clean_ids,
-        psi=psi,
-        n_folds=n_folds,
-        seed=seed,
-        labels_clean=labels_clean,
-        tie_tol=tie_tol,
-        chunk=chunk,
-        beta=beta,
-    )
-
-
-def select_lambda(
-    x_pert: ArrayLike,
-    f: ArrayLike,
-    logits_pert: ArrayLike,
-    labels: ArrayLike,
-    example_ids: ArrayLike,
-    x_clean: ArrayLike,
-    logits_clean: ArrayLike,
-    clean_ids: ArrayLike,
-    *,
-    alpha: float = 0.0,
-    lams_rel: Sequence[float] = LAMBDA_GRID_REL,
-    psi: str = "linear",
-    n_folds: int = 5,
-    seed: int = 0,
-    labels_clean: ArrayLike | None = None,
-    tie_tol: float = 1e-9,
-    chunk: int = 4096,
-    beta: str = "midpoint",
-) -> Selection:
-    """Choose the ridge ``λ`` by K-fold cross-validation on TRAIN rows only.
-
-    The grid is ``lams_rel × mean(diag(ΨᵀΨ))`` over all given training rows; the returned
-    ``value`` is that absolute ``λ`` (for a final fit on all the given rows) and each table row
-    also has ``lam_rel``. Same inputs, folds and criterion as :func:`select_alpha`: maximise the
-    mean held-out perturbed-prompt balanced accuracy of debiased logits, ties broken by the smaller
-    mean |clean-logit change|, then by the smaller ``λ``.
-    """
-    rel = np.asarray(list(lams_rel), dtype=np.float64)
-    if (rel <= 0).any():
-        raise FitError("lams_rel must be positive")
-    return _select(
-        "lambda",
-        rel,
-        float(alpha),
-        x_pert,
-        f,
-        logits_pert,
-        labels,
-        example_ids,
-        x_clean,
-        logits_clean,
-        clean_ids,
-        psi=psi,
-        n_folds=n_folds,
-        seed=seed,
-        labels_clean=labels_clean,
-        tie_tol=tie_tol,
-        chunk=chunk,
-        beta=beta,
-    )
-
-
-def _select(
-    param: str,
-    grid: np.ndarray,
-    fixed: float,
-    x_pert: ArrayLike,
-    f: ArrayLike,
-    logits_pert: ArrayLike,
-    labels: ArrayLike,
-    example_ids: ArrayLike,
-    x_clean: ArrayLike,
-    logits_clean: ArrayLike,
-    clean_ids: ArrayLike,
-    *,
-    psi: str,
-    n_folds: int,
-    seed: int,
-    labels_clean: ArrayLike | None,
-    tie_tol: float,
-    chunk: int,
-    beta: str = "midpoint",
-) -> Selection:
-    """Shared CV loop: ``param`` is "alpha" (grid = α, fixed = λ) or "lambda" (grid = λ/mean
-    diag, fixed = α)."""
-    if grid.size == 0:
-        raise FitError(f"the {param} grid is empty")
-    x = _as_2d("x_pert", x_pert)
-    n = x.shape[1]
-    fa = _as_2d("f", f)
-    d = fa.shape[1]
-    lp = _as_2d("logits_pert", logits_pert, d)
-    xc = _as_2d("x_clean", x_clean, n)
-    lc = _as_2d("logits_clean", logits_clean, d)
-    y = np.asarray(labels).reshape(-1)
-    ids = np.asarray(example_ids).reshape(-1)
-    cids = np.asarray(clean_ids).reshape(-1)
-    rows = x.shape[0]
-    for name, a in (("f", fa), ("logits_pert", lp), ("labels", y), ("example_ids", ids)):
-        if a.shape[0] != rows:
-            raise FitError(f"{name} has {a.shape[0]} rows; x_pert has {rows}")
-    for name, a in (("logits_clean", lc), ("clean_ids", cids)):
-        if a.shape[0] != xc.shape[0]:
-            raise FitError(f"{name} has {a.shape[0]} rows; x_clean has {xc.shape[0]}")
-    _check_finite("logits_pert", lp)
-    _check_finite("logits_clean", lc)
-    if not np.issubdtype(y.dtype, np.integer) or (y < 0).any() or (y >= d).any():
-        raise FitError(f"labels must be label indices in [0, {d}) (columns of the logits)")
-    if len(np.unique(cids)) != len(cids):
-        raise FitError("clean_ids must list each example once")
-    nv = grid.size
-    needs_clean = bool((grid != 0).any()) if param == "alpha" else fixed != 0.0
-    if needs_clean and xc.shape[0] == 0:
-        raise FitError("a nonzero alpha needs clean rows (x_clean) for the Gram penalty")
-
-    uniq = np.unique(np.concatenate([ids, cids]))
-    fold_u = _fold_of_unique(len(uniq), n_folds, seed)
-    k = int(fold_u.max()) + 1
-    fold = fold_u[np.searchsorted(uniq, ids)]
-    fold_c = fold_u[np.searchsorted(uniq, cids)]
-
-    if labels_clean is None:
-        # label of each clean example from its perturbed rows (-1: none; excluded from clean BAC)
-        first: dict[Any, Any] = {}
-        for i, lab in zip(ids.tolist(), y.tolist(), strict=True):
-            first.setdefault(i, lab)
-        yc = np.array([first.get(c, -1) for c in cids.tolist()])
-    else:
-        yc = np.asarray(labels_clean).reshape(-1)
-        if yc.shape[0] != xc.shape[0]:
-            raise FitError(f"labels_clean has {yc.shape[0]} rows; x_clean has {xc.shape[0]}")
-
-    accs = []
-    for j in range(k):
-        acc = GramAccumulator(n, d, psi, chunk=min(chunk, 2048))
-        m = fold == j
-        if m.any():
-            acc.add(x[m], fa[m])
-        mc = fold_c == j
-        if mc.any():
-            acc.add_clean(xc[mc])
-        accs.append(acc)
-    total_rows = sum(a.n_rows for a in accs)
-    if param == "alpha":
-        lam_abs = np.full(nv, fixed)
-        alpha_vals = grid
-        reported = grid
-    else:
-        mean_diag = float(sum(np.diagonal(a._gram).mean() for a in accs))  # of the total ΨᵀΨ
-        lam_abs = grid * mean_diag
-        alpha_vals = np.full(nv, fixed)
-        reported = lam_abs
-
-    bac_p = np.full((k, nv), np.nan)
-    change = np.full((k, nv), np.nan)
-    bac_c = np.full((k, nv), np.nan)
-    failed = np.zeros(nv, dtype=bool)
-    jitter_fits = np.zeros(nv, dtype=np.int64)
-    base_p = np.full(k, np.nan)
-    base_c = np.full(k, np.nan)
-
-    for j in range(k):
-        train = GramAccumulator.combine([a for i, a in enumerate(accs) if i != j])
-        if train.n_rows == 0:
-            raise FitError(f"fold {j}: no training rows outside the fold")
-        share = train.n_rows / total_rows
-        ws: list[np.ndarray | None] = []
-        for v_i in range(nv):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", JitterWarning)
-                try:
-                    w = solve(train, float(lam_abs[v_i]) * share, float(alpha_vals[v_i]))
-                except SingularGramError:
-                    w = None
-                    failed[v_i] = True
-            if any(issubclass(c.category, JitterWarning) for c in caught):
-                jitter_fits[v_i] += 1
-            ws.append(w)
-        del train
-        ok = [i for i, w in enumerate(ws) if w is not None]
-        if not ok:
-            continue
-        w_all = np.concatenate([w for w in ws if w is not None], axis=1)
-        # β from the residual range on the fold's training rows
-        rr = ResidualRange(w_all.shape[1])
-        tr = fold != j
-        rr.update(x[tr], np.tile(fa[tr], (1, len(ok))), w_all, chunk=chunk)
-        beta_all = rr.beta_by(beta)
-        held = fold == j
-        held_c = fold_c == j
-        if held.any():
-            base_p[j] = balanced_accuracy(y[held], np.argmax(lp[held], axis=1))
-            bias = bias_from_w(x[held], w_all) + beta_all
-            for o, i in enumerate(ok):
-                deb = lp[held] - bias[:, o * d : (o + 1) * d]
-                bac_p[j, i] = balanced_accuracy(y[held], np.argmax(deb, axis=1))
-        if held_c.any():
-            biasc = bias_from_w(xc[held_c], w_all) + beta_all
-            yk = yc[held_c]
-            known = yk >= 0
-            if known.any():
-                base_c[j] = balanced_accuracy(yk[known], np.argmax(lc[held_c][known], axis=1))
-            for o, i in enumerate(ok):
-                bc = biasc[:, o * d : (o + 1) * d]
-                change[j, i] = float(np.mean(np.abs(bc)))
-                if known.any():
-                    deb_c = lc[held_c][known] - bc[known]
-                    bac_c[j, i] = balanced_accuracy(yk[known], np.argmax(deb_c, axis=1))
-
-    table: list[dict[str, Any]] = []
-    for i in range(nv):
-        folds_i = bac_p[:, i]
-        row: dict[str, Any] = {"value": float(reported[i])}
-        if param == "lambda":
-            row["lam_rel"] = float(grid[i])
-        row |= {
-            "bac_pert": _nanmean(folds_i),
-            "bac_pert_folds": [float(b) for b in folds_i],
-            "bac_pert_sd": float(np.nanstd(folds_i)) if np.isfinite(folds_i).any() else math.nan,
-            "clean_change": _nanmean(change[:, i]),
-            "bac_clean": _nanmean(bac_c[:, i]),
-            "jitter_fits": int(jitter_fits[i]),
-            "failed": bool(failed[i]),
-        }
-        table.append(row)
-
-    cands = [i for i, r in enumerate(table) if not r["failed"] and math.isfinite(r["bac_pert"])]
-    if not cands:
-        raise FitError(
-            f"every {param} value failed (singular Gram past the jitter limit); increase lam"
-        )
-    best = max(table[i]["bac_pert"] for i in cands)
-    tied = [i for i in cands if table[i]["bac_pert"] >= best - tie_tol]
-
-    def _key(i: int) -> tuple[float, float, int]:
-        ch = table[i]["clean_change"]
-        return (ch if math.isfinite(ch) else math.inf, abs(table[i]["value"]), i)
-
-    chosen = min(tied, key=_key)
-    return Selection(
-        param=param,
-        value=float(table[chosen]["value"]),
-        values=np.array([r["value"] for r in table]),
-        table=table,
-        baseline={"bac_pert": _nanmean(base_p), "bac_clean": _nanmean(base_c)},
-        criterion=_CRITERION,
-        n_folds=k,
-        seed=seed,
-    )
-
-
-def _nanmean(a: np.ndarray) -> float:
-    a = np.asarray(a, dtype=np.float64)
-    return float(np.nanmean(a)) if np.isfinite(a).any() else math.nan

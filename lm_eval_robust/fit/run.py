@@ -21,12 +21,8 @@ from lm_eval_robust.fit.constant import constant_search, decision_gamma
 from lm_eval_robust.fit.features import Features
 from lm_eval_robust.fit.measure import measure_radii
 from lm_eval_robust.fit.radii import perturbation_bound
-from lm_eval_robust.fit.ridge import (
-    BETA_RULES,
-    fit_ridge,
-    select_alpha,
-    select_lambda,
-)
+from lm_eval_robust.fit.ridge import BETA_RULES, fit_ridge
+from lm_eval_robust.fit.ridge_cv import select_alpha, select_lambda
 from lm_eval_robust.tasks.specs import get_spec
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,12 @@ from lm_eval_robust.correction import (
     META_KEY,
     SCHEMA_VERSION,
     CorrectionError,
-    check_model_fingerprint,
     read_safetensors,
     write_atomic,
 )
-from lm_eval_robust.fit.ridge import fit_ridge, grouped_folds
+from lm_eval_robust.fingerprint import check_model_fingerprint
+from lm_eval_robust.fit.folds import grouped_folds
+from lm_eval_robust.fit.ridge import fit_ridge
 from lm_eval_robust.generation.layers import POSITIONS, decoder_layers, layer_debias
 
 __all__ = [

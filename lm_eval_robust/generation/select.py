@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import CorrectionError
-from lm_eval_robust.fit.ridge import grouped_folds
+from lm_eval_robust.fit.folds import grouped_folds
 from lm_eval_robust.generation.fit import LAM_GRID_REL, LayerCorrection, fit_layer_correction
 
 __all__ = [

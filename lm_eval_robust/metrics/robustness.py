@@ -189,9 +189,9 @@ def _certified(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> tuple[n
         return tuple(out)
     if len({len(r["ll"]) for r in rows}) > 1:  # choices differ per doc: no label-space certificate
         return tuple(out)
-    from lm_eval_robust.metrics.certify import _certify_items
+    from lm_eval_robust.metrics.certify import certify_items
 
-    cert = _certify_items(rows)
+    cert = certify_items(rows)
     if cert is None:
         return tuple(out)
     pos = {str(x): i for i, x in enumerate(cert.table.example_ids)}

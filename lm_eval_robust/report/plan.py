@@ -37,8 +37,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from lm_eval_robust.metrics.bootstrap import bac_from_counts
-from lm_eval_robust.metrics.certify import MarginTable
-from lm_eval_robust.report.tables import markdown_table
+from lm_eval_robust.metrics.margins import MarginTable
+from lm_eval_robust.report.markdown import markdown_table
 
 __all__ = [
     "PlanRow",

@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from lm_eval_robust.report.tables import LABELS, Estimate, Report, TaskSummary
+from lm_eval_robust.report.estimates import LABELS, Estimate, Report, TaskSummary
 
 __all__ = ["plot_certification", "plot_deltas", "plot_verification", "write_plots"]
 

@@ -18,7 +18,7 @@ from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 
 
 class Report(Protocol):
-    """What the summary reads of :class:`lm_eval_robust.report.tables.Report`."""
+    """What the summary reads of :class:`lm_eval_robust.report.estimates.Report`."""
 
     @property
     def runs(self) -> Sequence[dict[str, Any]]: ...

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from lm_eval_robust.correction import load
+from lm_eval_robust.report.estimates import ReportSettings, summarize_pair
 from lm_eval_robust.report.pairing import load_run, pair_runs
-from lm_eval_robust.report.tables import ReportSettings, summarize_pair
 
 HERE = Path(__file__).resolve().parent
 TARGETS = (
@@ -119,7 +119,7 @@ def main() -> None:
     out += ["## Test split: auto − each fixed kind, paired by example", "", *rows, ""]
     out += [
         "Percent; [95 % CI]: clustered BCa, 10 000 resamples of source examples, seed 0 "
-        "(`lm_eval_robust.report.tables.summarize_pair`).",
+        "(`lm_eval_robust.report.estimates.summarize_pair`).",
     ]
     print("\n".join(out))
     (HERE / "compare.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

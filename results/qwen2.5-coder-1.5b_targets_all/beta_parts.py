@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_eval_robust.correction import apply_correction, load
+from lm_eval_robust.correction import load
+from lm_eval_robust.debias import apply_correction
 from lm_eval_robust.fit.features import load_features
 from lm_eval_robust.metrics.classification import balanced_accuracy
 
