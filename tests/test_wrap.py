@@ -386,3 +386,37 @@ def test_label_offset_debiasing_fixed_labels_only() -> None:
     with pytest.raises(DebiasError, match="differ per doc") as err:
         debias_task(_task_run("u_robust_text_train", "per-doc", 20, 0), test)
     assert "\n" not in str(err.value)
+
+
+def test_stock_bigbench_and_gsm8k_offline(tmp_path: Path, data_dir: Path) -> None:
+    """lm-eval's own bigbench_*_multiple_choice and gsm8k configs, pointed at local copies: the
+    wrapped clean requests are the stock task's requests for the same docs."""
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+    from lm_eval_robust.wrap.convert import convert_bigbench, convert_gsm8k
+
+    convert_bigbench(data_dir / "bigbench", tmp_path)
+    convert_gsm8k(data_dir / "gsm8k", tmp_path)
+    lm_eval_robust.register()
+    tm = TaskManager(metadata={"local_data": str(tmp_path), "n_examples": 6, "n_perturbations": 1})
+    for stock in ("bigbench_snarks_multiple_choice", "gsm8k"):
+        for kind in ("text", "format"):
+            name = f"{stock}_robust_{kind}"
+            task = tm.load([name])["tasks"][name]
+            wrapped = task.eval_docs
+            ids = sorted({d["_lmer"]["example"] for d in wrapped})
+            task.set_fewshot_seed(1234)
+            task.build_all_requests(rank=0, world_size=1)
+            clean = [i.arguments for i in task.instances if i.doc["_lmer"]["pert_id"] == 0]
+            pert = [i.arguments for i in task.instances if i.doc["_lmer"]["pert_id"] == 1]
+            base = tm.load([stock])["tasks"][stock]
+            base.set_fewshot_seed(1234)
+            base.build_all_requests(rank=0, world_size=1, limit=max(ids) + 1)
+            by_doc: dict[int, list[Any]] = {}
+            for inst in base.instances:
+                by_doc.setdefault(inst.doc_id, []).append(inst.arguments)
+            assert clean == [a for i in ids for a in by_doc[i]], name
+            assert len(pert) == len(clean) and all(
+                p[0] != c[0] or p[1] != c[1] for p, c in zip(pert, clean, strict=True)
+            )
