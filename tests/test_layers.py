@@ -42,6 +42,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.generation.data",
             "lm_eval_robust.generation.metrics",
             "lm_eval_robust.generation.tasks",
+            "lm_eval_robust.wrap",
+            "lm_eval_robust.wrap.names",
+            "lm_eval_robust.wrap.settings",
+            "lm_eval_robust.wrap.parts",
+            "lm_eval_robust.wrap.local_data",
+            "lm_eval_robust.wrap.convert",
         ),
     ),
     (
@@ -111,6 +117,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.fit.measure",
             "lm_eval_robust.fit.run",
             "lm_eval_robust.fit.auto",
+            "lm_eval_robust.wrap.metrics",
         ),
     ),
     (
@@ -118,6 +125,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "lm_eval_robust.harness_logs",
             "lm_eval_robust.harness_metrics",
+            "lm_eval_robust.wrap.task",
+            "lm_eval_robust.wrap.resolve",
             "lm_eval_robust._plugin",
             "lm_eval_robust",
             "_lm_eval_robust_hook",

@@ -141,8 +141,16 @@ class Leaderboard:
 
 
 def _base_task(task: str) -> str:
-    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a split other than the test
-    split keeps its name (``ni065_holdout``): its examples are other ones, not the same task."""
+    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a wrapped stock task
+    (``<task>_robust_text``) -> ``<task>``. A split other than the test split keeps its name
+    (``ni065_holdout``, ``<task>_holdout``): its examples are other ones, not the same task."""
+    from lm_eval_robust.wrap.names import parse
+
+    variant = parse(task)
+    if variant is not None:
+        if variant.split in ("holdout", "train"):
+            return f"{variant.base}_{variant.split}"
+        return variant.base
     for split in ("_holdout", "_train"):
         if task.endswith(split):
             return task.split("_", 1)[0] + split
