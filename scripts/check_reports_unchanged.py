@@ -136,7 +136,10 @@ def _table_checks() -> list[Check]:
     lb_argv = [*CLI, "leaderboard", *[f"runs/{r}" for r in lb_runs], "--labels"]
     lb_argv += ["SmolLM2 135M,Gemma 3 270M,Qwen2.5-Coder 0.5B,Qwen2.5-Coder 1.5B"]
     lb_argv += ["-o", "{out}/table", "--quiet"]
-    lb_files = sorted(p for p in (lb / "table").iterdir() if p.is_file())
+    # the page's screenshot is Chromium's (run.sh), not the command's
+    lb_files = sorted(
+        p for p in (lb / "table").iterdir() if p.is_file() and p.name != "leaderboard_page.png"
+    )
     gen = RESULTS / "qwen2.5-coder-1.5b_generation"
     auto = RESULTS / "qwen2.5-coder-1.5b_auto_fit"
     gsel = RESULTS / "gemma-3-270m_gen_select"

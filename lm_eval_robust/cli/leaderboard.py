@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_leaderboard(args: argparse.Namespace) -> str:
     from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
-    from lm_eval_robust.report.leaderboard import build_leaderboard, to_csv, to_json, to_markdown
+    from lm_eval_robust.report.leaderboard import build_leaderboard
+    from lm_eval_robust.report.leaderboard_tables import to_csv, to_json, to_markdown
     from lm_eval_robust.report.pairing import label_runs
 
     check_bootstrap_flags(args.resamples, args.confidence, args.seed)
