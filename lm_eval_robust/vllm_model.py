@@ -35,13 +35,17 @@ from typing import Any
 
 import numpy as np
 from lm_eval.api.registry import register_model
-from lm_eval.models.vllm_causallms import VLLM
 
+from lm_eval_robust import vllm_alias
 from lm_eval_robust.checkpoint import checkpoint_fingerprint
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.offline_models import cache_dir, resolve_pretrained
 from lm_eval_robust.tasks.data import check_data_dir_env
+
+# vLLM's CPU wheel answers lm-eval's version("vllm") check only through the alias (this process)
+vllm_alias.install()
+from lm_eval.models.vllm_causallms import VLLM  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,12 @@ def test_gemma_on_perturbed_task(gemma: str, data_dir: Path) -> None:
         limit=24,
     )
     res = out["results"]["ni322_format_pert"]
-    for key in ("bac_clean,none", "bac_pert,none", "delta_drop,none"):
+    for key in ("robust_bac_clean,none", "robust_bac_pert,none", "robust_delta_drop,none"):
         assert not math.isnan(res[key])
-    assert 0.0 <= res["bac_clean,none"] <= 1.0
-    assert res["delta_drop,none"] == pytest.approx(res["bac_pert,none"] - res["bac_clean,none"])
+    assert 0.0 <= res["robust_bac_clean,none"] <= 1.0
+    assert res["robust_delta_drop,none"] == pytest.approx(
+        res["robust_bac_pert,none"] - res["robust_bac_clean,none"]
+    )
 
 
 def test_prefix_cache_parity_float32(gemma: str, data_dir: Path) -> None:
