@@ -29,6 +29,7 @@ def _results(out_dir: Path) -> dict:
     return json.loads(files[0].read_text())["results"]["ni322_format_pert_train"]
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tiny_model_dir: Path, data_dir: Path, tmp_path: Path) -> None:
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.fit.run import FitSettings, fit_features

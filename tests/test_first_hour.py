@@ -136,6 +136,7 @@ def test_certificate_na_is_explained_once(caplog: pytest.LogCaptureFixture) -> N
     assert "not computable" in lines[0] or "need at least" in lines[0]
 
 
+@pytest.mark.slow
 def test_harness_reports_the_shots_in_the_prompt(data_dir: Path) -> None:
     from lm_eval.tasks import TaskManager
 

@@ -179,6 +179,7 @@ def test_task_names_do_not_shadow_the_harness() -> None:
         assert matched and not matched & ours, name
 
 
+@pytest.mark.slow
 def test_harness_run_on_tiny_model(tiny_model_dir: Path, data_dir: Path) -> None:
     import lm_eval
     from lm_eval.tasks import TaskManager

@@ -143,6 +143,7 @@ def test_identity_correction_leaves_generation_unchanged(lm) -> None:
     assert _no_hooks(lm.model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("positions", ["prompt", "generated", "all"])
 def test_batched_left_padded_generation_equals_single(lm, positions: str) -> None:
     corr = _random_correction(lm, 0, 3.0, seed=1, positions=positions)

@@ -1,7 +1,7 @@
 """The real embedded model (gemma-3-270m, from the ``[demo]`` extra) on a real perturbed task.
 
-Marked ``integration``: part of the default suite (CI installs the extra); deselect with
-``-m "not integration"`` on a machine without it.
+Marked ``integration`` and ``slow``: minutes each, so the default ``pytest`` leaves them out;
+``.ci/run`` (``-m "slow or not slow"``) runs them, and ``pytest -m integration`` alone.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **env}
@@ -25,6 +27,7 @@ def test_hook_registers_model_after_builtins() -> None:
     assert out.stdout.split() == ["DebiasedHFLM", "HFLM"]
 
 
+@pytest.mark.slow
 def test_hook_adds_our_tasks_and_keeps_builtin_ones(data_dir: Path) -> None:
     code = (
         "from lm_eval.tasks import TaskManager\n"
@@ -55,6 +58,7 @@ def test_hook_imports_nothing_heavy_at_start() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_explicit_register_without_hook() -> None:
     code = (
         "import lm_eval_robust\nlm_eval_robust.register()\n"
@@ -65,6 +69,7 @@ def test_explicit_register_without_hook() -> None:
     assert out.stdout.strip() == "DebiasedHFLM"
 
 
+@pytest.mark.slow
 def test_plain_lm_eval_prints_one_line_for_our_errors(tiny_model_dir: Path, data_dir: Path) -> None:
     import shutil
 

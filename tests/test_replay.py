@@ -72,6 +72,7 @@ def test_corrected_loglikelihoods_by_hand() -> None:
     np.testing.assert_allclose(corrected_loglikelihoods(ll[:2], b), want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path, tmp_path: Path):
     from lm_eval_robust.correction import save
     from lm_eval_robust.fit.features import load_features
@@ -174,6 +175,7 @@ def test_replay_without_features_or_correction_names_the_fix(tmp_path: Path) -> 
         replay(tmp_path / "run", None, tmp_path / "corr", tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_replay_without_features_equals_a_real_debiased_run(
     tiny_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
