@@ -301,8 +301,9 @@ class DebiasedVLLM(VLLM):
         except Exception:
             info = {}
         dtype = getattr(getattr(self.model, "llm_engine", None), "model_config", None)
-        info["model_dtype"] = str(getattr(dtype, "dtype", "")).removeprefix("torch.")
-        info["label_score_dtype"] = "float32" if info["model_dtype"] == "float32" else "mixed"
+        info["model_dtype"] = str(getattr(dtype, "dtype", ""))  # torch.float32, as hf writes it
+        fp32 = info["model_dtype"].removeprefix("torch.") == "float32"
+        info["label_score_dtype"] = "float32" if fp32 else "mixed"
         info["served_checkpoint"] = self._served
         return info
 

@@ -180,6 +180,9 @@ def test_harness_results_carry_clustered_stderrs(tiny_model_dir: Path, data_dir:
         log_samples=True,
         bootstrap_iters=200,
     )
+    # the config as hf writes it: its dtype spelling, and the prompts per forward really used
+    assert out["config"]["model_dtype"] == "torch.float32"
+    assert out["config"]["batch_sizes"] == [4]
     res = out["results"]["ni1284_format_pert"]
     res = {short_metric(k): v for k, v in res.items()}  # robust_bac_pert,none -> bac_pert
     for name in ("bac_pert", "delta_drop", "bac_worst", "consistency", "fmt_spread"):
