@@ -134,6 +134,9 @@ def register_tasks(tasks_module: ModuleType | None = None) -> None:
     cls = tasks_module.TaskManager
     if not hasattr(cls, "load") and hasattr(cls, "load_task_or_group"):
         cls.load = _flat_load  # our code (and the tests) use 0.4.12's API
+    from lm_eval_robust.wrap import resolve
+
+    resolve.install(cls)  # <task>_robust_text / _robust_format names, local_data for any task
     if reads_task_entry_points(tasks_module):
         return
     if not getattr(cls.__init__, "__lm_eval_robust__", False):

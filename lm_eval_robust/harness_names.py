@@ -115,11 +115,12 @@ NI_METRICS_PERT: tuple[str, ...] = (
     *ROBUSTNESS_METRICS,
     "p_cert_h",
     "p_cert_c",
+    "p_cert_exact",
     "pop_cert_h",
     "pop_cert_c",
 )
 _LOWER_IS_BETTER = frozenset({"maj_share_clean", "maj_share_pert", "tie_share", "fmt_spread"})
-_CERTIFY = frozenset({"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"})
+_CERTIFY = frozenset({"p_cert_h", "p_cert_c", "p_cert_exact", "pop_cert_h", "pop_cert_c"})
 
 #: generation scores per primary metric of a generation task; metrics are ``<score>_<part>``
 GEN_SCORES: dict[str, tuple[str, ...]] = {
@@ -134,7 +135,7 @@ def _ni_module(name: str) -> str:
     return _CERT if name in _CERTIFY else _ROB if name in ROBUSTNESS_METRICS else _CLS
 
 
-#: all 35 metrics, in the order the registration and the entry points list them
+#: all 36 metrics, in the order the registration and the entry points list them
 METRICS: tuple[Metric, ...] = (
     *(Metric(n, _ni_module(n), n not in _LOWER_IS_BETTER) for n in NI_METRICS_PERT),
     *(

@@ -88,6 +88,7 @@ class PostHoc:
                 "from its files; replay with --features (the run's collect_features folder)"
             )
         folder = model_folder(model_args, model)
+        self.folder = folder  # an input: an output may not be, hold or sit inside it
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         fingerprint = checkpoint_fingerprint(folder, self.tokenizer)
         self.corrections = load_corrections(str(correction), fingerprint)

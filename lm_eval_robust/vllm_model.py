@@ -110,8 +110,26 @@ class DebiasedVLLM(VLLM):
                 kwargs["dtype"] = chosen
         kwargs.setdefault("enable_prefix_caching", True)
         kwargs.setdefault("tokenizer", path)
+        from lm_eval_robust.cache_keys import files_digest
+
+        # what changes a score, for --use_cache (lm_eval_robust.cache_keys)
+        self._cache_settings = {
+            "engine": "debiased_vllm",
+            "pretrained": path,
+            "correction": files_digest(correction),
+            **{k: str(v) for k, v in sorted(kwargs.items())},
+        }
         super().__init__(pretrained=served, **kwargs)
         self._served = served
+
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """``--use_cache``: entries keyed by the model, its correction's bytes and the engine
+        args, so a cached score of another setting never passes for this one's."""
+        if getattr(cache_hook, "dbdict", None) is not None:
+            from lm_eval_robust.cache_keys import key_cache
+
+            key_cache(cache_hook.dbdict, self._cache_settings)
+        super().set_cache_hook(cache_hook)
 
     # ------------------------------------------------------------------ corrections
     def _load_corrections(self, path: str, correction: str) -> str:

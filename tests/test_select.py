@@ -93,7 +93,7 @@ def test_task_lists_from_commas_or_targets_files(tmp_path: Path) -> None:
     good.write_text(json.dumps({"targets": ["ni220_text_pert"], "table": []}))
     assert read_task_list(str(good)) == ["ni220_text_pert"]
     cases = {
-        "missing.json": (None, "no such targets file"),
+        "missing.json": (None, "targets file .*missing.json not found; write it with select -o"),
         "bad.json": ("{not json", "not valid JSON"),
         "other.json": (json.dumps({"tasks": []}), "no 'targets' list"),
         "none.json": (json.dumps({"targets": []}), "no task passed the filters"),

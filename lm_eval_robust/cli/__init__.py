@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "examples needed before an effect is significant, from a pilot run"),
     "select": ("select", "the paper's target-task filters over a run"),
     "lora": ("lora", "train LoRA baseline adapters on tasks' _train prompts"),
+    "wrap": ("wrap", "local data for stock tasks; variant names (<task>_robust_text/_format)"),
 }
 
 
@@ -83,3 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outputs are written whole or not at all: nothing partial is left
+        print(
+            f"{PROG}: interrupted (Ctrl-C); outputs appear whole or not at all: rerun to finish",
+            file=sys.stderr,
+        )
+        return 130

@@ -21,7 +21,10 @@ from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
 
-__all__ = ["build_parser", "main"]
+__all__ = ["REPORT_FILES", "build_parser", "main"]
+
+#: what a report folder holds (an existing -o is replaced whole only when it holds nothing else)
+REPORT_FILES = ("report.md", "report.csv", "report.json", "*.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,13 +73,23 @@ def build_parser() -> argparse.ArgumentParser:
         default="reference",
         help="Cantelli on the uniform reference (paper) or on the shifts' own mean/variance",
     )
+    p.add_argument(
+        "--splits",
+        type=int,
+        default=50,
+        help="random estimation/held-back splits for the certificate rates and their check "
+        "(0: leave that section out)",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="the finite-sample certificate's error level α"
+    )
     p.add_argument("--no_plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     return p
 
 
 def _settings(args: argparse.Namespace) -> ReportSettings:
-    check_bootstrap_flags(args.resamples, args.confidence)
+    check_bootstrap_flags(args.resamples, args.confidence, args.seed)
     try:
         named = CertConfig.named(args.certificate, phi=args.phi, psi=args.psi, seed=args.seed)
         cert = replace(
@@ -87,17 +100,30 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.splits < 0:
+        raise UserError(f"--splits must be >= 0; got {args.splits}")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1); got {args.alpha}")
     return ReportSettings(
-        n_resamples=args.resamples, confidence=args.confidence, seed=args.seed, cert=cert
+        n_resamples=args.resamples,
+        confidence=args.confidence,
+        seed=args.seed,
+        cert=cert,
+        n_splits=args.splits,
+        alpha=args.alpha,
     )
 
 
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
-    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
 
     settings = _settings(args)
-    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    inputs = run_inputs(args.runs)
+    if args.tasks and args.tasks.endswith(".json"):
+        inputs.append(("targets file", args.tasks))
+    refuse_overwrite(args.out, "-o", inputs)
+    check_replaceable(args.out, "-o", "report", REPORT_FILES)
     with StagedDir() as stage:
         out = stage.open(Path(args.out), "report")
         markdown = _write_report(args, settings, out)

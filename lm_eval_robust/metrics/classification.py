@@ -21,6 +21,17 @@ from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, is_tied, pred_shares
 
 
+def ll_matrix(rows: list[Mapping[str, Any]]) -> np.ndarray:
+    """``[N, Q]`` label scores; docs with fewer choices than ``Q`` are padded with ``-inf``
+    (a choice they do not have: never predicted, :func:`pred_shares`)."""
+    lls = [list(map(float, r["ll"])) for r in rows]
+    q = max((len(v) for v in lls), default=0)
+    out = np.full((len(lls), q), -np.inf)
+    for i, v in enumerate(lls):
+        out[i, : len(v)] = v
+    return out
+
+
 def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     unique: dict[tuple[str, str, int], Mapping[str, Any]] = {}
     for it in items:
@@ -40,8 +51,7 @@ def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.nda
     rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
     if rows and all(r.get("ll") is not None for r in rows):
-        ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-        return gold, pred_shares(ll)
+        return gold, pred_shares(ll_matrix(rows))
     pred = np.array([int(r["pred"]) for r in rows], dtype=np.int64)
     q = int(max([*gold.tolist(), *pred.tolist(), 0])) + 1
     shares = np.zeros((len(rows), q))
@@ -117,15 +127,13 @@ def tie_share(items: Iterable[Mapping[str, Any]]) -> float:
     rows = [r for r in _rows(items) if r.get("ll") is not None]
     if not rows:
         return math.nan
-    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-    return float(is_tied(ll).mean())
+    return float(is_tied(ll_matrix(rows)).mean())
 
 
 def _scores(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
     rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
-    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-    return gold, ll
+    return gold, ll_matrix(rows)
 
 
 def margin_auc(gold: np.ndarray, ll: np.ndarray) -> float:

@@ -187,6 +187,8 @@ def _certified(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> tuple[n
     out = [np.full(len(ids), np.nan), np.full(len(ids), np.nan)]
     if not any(int(r["pert_id"]) > 0 for r in rows):
         return tuple(out)
+    if len({len(r["ll"]) for r in rows}) > 1:  # choices differ per doc: no label-space certificate
+        return tuple(out)
     from lm_eval_robust.metrics.certify import certify_items
 
     cert = certify_items(rows)

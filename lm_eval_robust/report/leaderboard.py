@@ -15,6 +15,18 @@ their variants, ``n_resamples`` times):
 
 Rows are keyed by (model, kind, task); ``task == "mean"`` is the average. Values are fractions in
 the JSON and CSV, percentages in the Markdown.
+
+Beside the measures, every row carries what a reader needs to take them at their word:
+
+* the spread, best and worst variant against their permutation null
+  (:mod:`lm_eval_robust.metrics.spread_null`: variant labels permuted within examples, the same
+  size), with a p-value; a spread whose p-value is 0.05 or more is marked as within noise;
+* the certified share from the finite-sample certificate
+  (:mod:`lm_eval_robust.metrics.exact_cert`), n/a with the K it needs below that K, and the
+  paper's plug-in p_C labelled with its K, both averaged over repeated estimation/held-back
+  splits with their held-back check (:mod:`lm_eval_robust.metrics.cert_splits`);
+* and, over the models, paired differences on shared examples with Holm's rule and rank
+  intervals (:mod:`lm_eval_robust.report.compare`).
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import numpy as np
 
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import bca_interval
+from lm_eval_robust.metrics.cert_splits import RuleSummary, SplitFlags, split_flags, summarize
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.robustness import (
     BOOTSTRAP_STATS,
     Replicates,
@@ -39,6 +53,8 @@ from lm_eval_robust.metrics.robustness import (
     table_of,
     variant_bac,
 )
+from lm_eval_robust.metrics.spread_null import SpreadNull, mean_null, spread_null
+from lm_eval_robust.report.compare import MEASURES, Comparison, compare_models
 from lm_eval_robust.report.markdown import markdown_table
 from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, protocol_settings
 
@@ -66,7 +82,6 @@ COLUMNS: dict[str, str] = {
     "fmt_worst": "worst variant",
     "fmt_spread": "spread",
     "consistency": "consistency",
-    "p_cert_h": "certified (p_H)",
     "tie_share": "tied",
     "maj_share_clean": "majority share (clean)",
 }
@@ -99,6 +114,8 @@ class LeaderboardRow:
     n_tasks: int
     cells: Mapping[str, Cell]
     variants: Mapping[str, float] = field(default_factory=dict)  # per-variant BAC (tasks only)
+    spread: SpreadNull | None = None  # permutation null of best/worst/median/spread
+    certs: Mapping[str, RuleSummary] = field(default_factory=dict)  # rule -> rate and check
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,11 @@ class Leaderboard:
     confidence: float
     designs: Mapping[str, str]  # task -> design
     notes: tuple[str, ...] = ()
+    comparison: Comparison | None = None
+    phi: float = 0.1
+    alpha: float = 0.05
+    n_splits: int = 50
+    n_permutations: int = 2000
 
     def row(self, model: str, kind: str, task: str = MEAN) -> LeaderboardRow | None:
         for r in self.rows:
@@ -119,7 +141,19 @@ class Leaderboard:
 
 
 def _base_task(task: str) -> str:
-    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``."""
+    """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a wrapped stock task
+    (``<task>_robust_text``) -> ``<task>``. A split other than the test split keeps its name
+    (``ni065_holdout``, ``<task>_holdout``): its examples are other ones, not the same task."""
+    from lm_eval_robust.wrap.names import parse
+
+    variant = parse(task)
+    if variant is not None:
+        if variant.split in ("holdout", "train"):
+            return f"{variant.base}_{variant.split}"
+        return variant.base
+    for split in ("_holdout", "_train"):
+        if task.endswith(split):
+            return task.split("_", 1)[0] + split
     return task.split("_", 1)[0]
 
 
@@ -164,9 +198,19 @@ def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray
 
 
 def build_leaderboard(
-    runs: Sequence[Run], n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    runs: Sequence[Run],
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_splits: int = 50,
+    n_permutations: int = 2000,
+    phi: float = 0.1,
+    alpha: float = 0.05,
 ) -> Leaderboard:
-    """The leaderboard of ``runs`` (one model each; two runs of one model are refused)."""
+    """The leaderboard of ``runs`` (one model each; two runs of one model are refused).
+
+    ``n_splits`` estimation/held-back splits for the certificate rates, ``n_permutations``
+    draws of the spread's null, certificates at failure ratio ``phi`` and level ``alpha``."""
     models = [r.label for r in runs]
     dup = sorted({m for m in models if models.count(m) > 1})
     if dup:
@@ -175,10 +219,12 @@ def build_leaderboard(
             "with --labels"
         )
     rows: list[LeaderboardRow] = []
-    designs: dict[str, str] = {}
+    designs_seen: dict[str, set[str]] = {}
     notes: list[str] = []
     kinds_seen: list[str] = []
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
+    extras: dict[tuple[str, str], tuple[SpreadNull, dict[str, SplitFlags]]] = {}
+    n_boot = min(n_resamples, 2000)
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
         by_kind: dict[str, list[tuple[str, Replicates, RobustTable]]] = {}
@@ -189,11 +235,18 @@ def build_leaderboard(
                 notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
                 continue
             meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
-            designs[task] = str(meta.get("design", "nested"))
+            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
             items = tr.item_list()
             table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
             by_kind.setdefault(kind, []).append((task, rep, table))
+            null = spread_null(items, n_permutations, seed=seed + i)
+            scored = [it for it in items if it.get("ll") is not None]
+            flags = (
+                split_flags(MarginTable.from_items(scored), n_splits, phi, alpha) if scored else {}
+            )
+            extras[(run.label, task)] = (null, flags)
+            certs = {r: summarize([f], phi, n_boot, confidence, seed + i) for r, f in flags.items()}
             rows.append(
                 LeaderboardRow(
                     model=run.label,
@@ -204,6 +257,8 @@ def build_leaderboard(
                     n_tasks=1,
                     cells=_cells(rep, confidence),
                     variants=variant_bac(items),
+                    spread=null,
+                    certs=certs,
                 )
             )
         for kind, entries in by_kind.items():
@@ -228,6 +283,11 @@ def build_leaderboard(
             if not kept:
                 continue
             mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in kept])
+            ext = [extras[(model, t)] for t, _, _ in kept]
+            rules = sorted(set.intersection(*(set(f) for _, f in ext)))
+            mean_certs = {
+                r: summarize([f[r] for _, f in ext], phi, n_boot, confidence, seed) for r in rules
+            }
             rows.append(
                 LeaderboardRow(
                     model=model,
@@ -237,6 +297,8 @@ def build_leaderboard(
                     n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept),
                     n_tasks=len(kept),
                     cells=_cells(mean_rep, confidence),
+                    spread=mean_null([n for n, _ in ext]),
+                    certs=mean_certs,
                 )
             )
             short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]
@@ -248,6 +310,21 @@ def build_leaderboard(
                 )
     if not rows:
         raise LeaderboardError("no perturbed task in the runs; run a *_pert or *_lb task first")
+    # every design a task was run with, whatever the order of the runs
+    designs = {t: "+".join(sorted(d)) for t, d in designs_seen.items()}
+    comparison = None
+    if len(models) > 1:
+        common_tables: dict[tuple[str, str], dict[str, RobustTable]] = {}
+        for kind in kinds_seen:
+            by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
+            common = set.intersection(
+                *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
+            )
+            for m, ents in by_model.items():
+                common_tables[(m, kind)] = {
+                    _base_task(t): tab for t, _, tab in ents if _base_task(t) in common
+                }
+        comparison = compare_models(common_tables, models, n_boot, confidence, seed)
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
@@ -256,6 +333,11 @@ def build_leaderboard(
         confidence=confidence,
         designs=designs,
         notes=tuple(notes),
+        comparison=comparison,
+        phi=phi,
+        alpha=alpha,
+        n_splits=n_splits,
+        n_permutations=n_permutations,
     )
 
 
@@ -290,33 +372,241 @@ def _rank(r: LeaderboardRow) -> float:
     return -v if math.isfinite(v) else math.inf
 
 
+#: columns after :data:`COLUMNS`: the spread's null and the certificates
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "spread with no variant effect (p)",
+    "certified (exact)",
+    "plug-in p_C (not a guarantee)",
+)
+NOISE_MARK = "≈"
+
+
+def _p(x: float) -> str:
+    if not math.isfinite(x):
+        return "–"
+    return f"{x:.3f}" if x < 0.01 else f"{x:.2f}"
+
+
+def _noise_cell(r: LeaderboardRow) -> str:
+    if r.spread is None or not math.isfinite(r.spread.p_value()):
+        return "–"
+    return f"{100 * r.spread.null_mean():.1f} (p {_p(r.spread.p_value())})"
+
+
+def within_noise(r: LeaderboardRow, level: float = 0.05) -> bool:
+    """The row's spread is no larger than variant labels permuted within examples give."""
+    if r.spread is None:
+        return False
+    p = r.spread.p_value()
+    return math.isfinite(p) and p >= level
+
+
+def _rate(c: RuleSummary | None, with_k: bool = False) -> str:
+    if c is None:
+        return "–"
+    if not c.available:
+        return (
+            f"n/a (K ≥ {c.reason.split('K >= ')[1].split(' ')[0]})"
+            if "K >= " in c.reason
+            else "n/a"
+        )
+    v = f"{100 * c.rate:.1f}"
+    if math.isfinite(c.rate_low) and math.isfinite(c.rate_high) and c.rate_high > c.rate_low:
+        v += f" [{100 * c.rate_low:.1f}, {100 * c.rate_high:.1f}]"
+    return v + (f" (K = {c.k})" if with_k else "")
+
+
 def _row_cells(r: LeaderboardRow) -> list[str]:
-    return [_pct(r.cells[k], signed=k == "delta_drop") for k in COLUMNS]
+    cells = [_pct(r.cells[k], signed=k == "delta_drop") for k in COLUMNS]
+    if within_noise(r):
+        cells[list(COLUMNS).index("fmt_spread")] += f" {NOISE_MARK}"
+    return [
+        *cells,
+        _noise_cell(r),
+        _rate(r.certs.get("exact")),
+        _rate(r.certs.get("plugin_c"), with_k=True),
+    ]
+
+
+def _noise_section(lb: Leaderboard) -> list[str]:
+    """Best, worst and spread of each mean row beside what permuted variant labels give."""
+    body = []
+    for kind in lb.kinds:
+        for m in lb.models:
+            r = lb.row(m, kind)
+            if r is None or r.spread is None:
+                continue
+            cells = [kind, m]
+            for name in ("fmt_best", "fmt_worst", "fmt_spread"):
+                obs = r.cells[name].value
+                null = r.spread.null_mean(name)
+                cells.append(
+                    f"{100 * obs:.1f} vs {100 * null:.1f} (p {_p(r.spread.p_value(name))})"
+                    if math.isfinite(obs) and math.isfinite(null)
+                    else "–"
+                )
+            cells.append("within noise" if within_noise(r) else "above noise")
+            body.append(cells)
+    if not body:
+        return []
+    return [
+        "",
+        "## Best, worst and spread against noise: mean over tasks",
+        "",
+        f"Observed vs the mean of {lb.n_permutations} draws with the variant labels permuted "
+        "within each example (no variant effect, same examples); one-sided p (best and spread: "
+        "as large or larger; worst: as small or smaller).",
+        "",
+        markdown_table(
+            ["kind", "model", "best variant", "worst variant", "spread", "spread is"], body
+        ),
+    ]
+
+
+def _cert_section(lb: Leaderboard) -> list[str]:
+    header = [
+        "kind", "model", "rule", "certified", "single-split range", "held-back acc. certified",
+        "uncertified", "certified − uncertified", "certified below 1−φ", "verdict",
+    ]  # fmt: skip
+    body = []
+    for kind in lb.kinds:
+        for m in lb.models:
+            r = lb.row(m, kind)
+            if r is None:
+                continue
+            for rule in ("exact", "plugin_c", "plugin_h"):
+                c = r.certs.get(rule)
+                if c is None:
+                    continue
+                if not c.available:
+                    body.append([kind, m, c.label, c.reason, "", "", "", "", "", "n/a"])
+                    continue
+                diff = f"{100 * c.diff:+.1f}" if math.isfinite(c.diff) else "–"
+                if math.isfinite(c.diff_low):
+                    diff += f" [{100 * c.diff_low:+.1f}, {100 * c.diff_high:+.1f}]"
+                verdict = c.verdict
+                body.append(
+                    [
+                        kind,
+                        m,
+                        c.label,
+                        _rate(c),
+                        f"{100 * c.split_min:.1f}–{100 * c.split_max:.1f}",
+                        "–"
+                        if not math.isfinite(c.acc_certified)
+                        else f"{100 * c.acc_certified:.1f}",
+                        "–"
+                        if not math.isfinite(c.acc_uncertified)
+                        else f"{100 * c.acc_uncertified:.1f}",
+                        diff,
+                        "–"
+                        if not math.isfinite(c.share_below)
+                        else f"{100 * c.share_below:.1f} (≤ {100 * c.share_below_bound:.1f})",
+                        verdict,
+                    ]
+                )
+    return [
+        "",
+        "## Certificates: mean over tasks, checked on held-back variants",
+        "",
+        f"φ = {lb.phi}; rates averaged over {lb.n_splits} random estimation/held-back splits of "
+        "each example's variants, the interval redrawing examples and the split. *exact*: the "
+        "finite-sample certificate (exact binomial bound on the example's accuracy under "
+        f"perturbation, Benjamini–Hochberg at {lb.alpha}; n/a below the K it needs). *plug-in*: "
+        "the paper's estimator (box = sample range of the estimation shifts, ε_B = 0) at this "
+        "run's K, an estimate with no finite-sample guarantee. The check pools the held-back "
+        "variants over the splits; *selects*: certified minus uncertified held-back accuracy "
+        "has an interval above 0; *fails its promise*: the certified examples' held-back "
+        "accuracy has an interval below 1 − φ; *promise in doubt*: its point estimate is below "
+        "1 − φ, or more certified examples fall below 1 − φ on their held-back variants than "
+        "certificates all exactly at 1 − φ would (the bound in brackets).",
+        "",
+        markdown_table(header, body),
+    ]
+
+
+def _comparison_section(lb: Leaderboard) -> list[str]:
+    comp = lb.comparison
+    if comp is None or not comp.pairs:
+        return []
+    level = round(100 * lb.confidence)
+    parts = [
+        "",
+        "## Model comparisons: paired differences on shared examples",
+        "",
+        f"A − B, mean over the tasks both ran, on the examples both scored; {level} % clustered "
+        f"BCa intervals ({comp.n_resamples} resamples, the same examples drawn for both models); "
+        f"p two-sided from the bootstrap, Holm-adjusted over the model pairs of each kind and "
+        f"measure. *distinguishable*: Holm-adjusted p < {comp.level:.2f}. Rank intervals: "
+        "[1 + models distinguishably better, M − models distinguishably worse].",
+        "",
+    ]
+    header = ["kind", "measure", "A", "B", "examples", "A − B", "p", "p (Holm)", "verdict"]
+    body = []
+    for p in comp.pairs:
+        d = f"{100 * p.diff:+.1f}"
+        if math.isfinite(p.low):
+            d += f" [{100 * p.low:+.1f}, {100 * p.high:+.1f}]"
+        body.append(
+            [
+                p.kind,
+                MEASURES[p.measure],
+                p.model_a,
+                p.model_b,
+                str(p.n_examples),
+                d,
+                _p(p.p),
+                _p(p.p_holm),
+                "distinguishable" if p.distinguishable else "not distinguishable",
+            ]
+        )
+    parts.append(markdown_table(header, body))
+    parts += ["", "Rank intervals (1 = most robust):", ""]
+    header = ["kind", "model", *(MEASURES[m] for m in MEASURES)]
+    body = []
+    for kind in lb.kinds:
+        for m in lb.models:
+            cells = []
+            for meas in MEASURES:
+                hit = [r for r in comp.ranks if (r.kind, r.model, r.measure) == (kind, m, meas)]
+                if not hit:
+                    cells.append("–")
+                    continue
+                r = hit[0]
+                rng = str(r.low) if r.low == r.high else f"{r.low}–{r.high}"
+                cells.append(f"{r.rank} [{rng}]")
+            body.append([kind, m, *cells])
+    parts.append(markdown_table(header, body))
+    return parts
 
 
 def to_markdown(lb: Leaderboard) -> str:
     level = round(100 * lb.confidence)
-    design = sorted(set(lb.designs.values()))
+    design = sorted({d for v in lb.designs.values() for d in v.split("+")})
     parts = [
         "# Robustness leaderboard",
         "",
         f"One row per model: the mean over the tasks of each perturbation kind, in %, with "
         f"{level} % clustered BCa intervals ({lb.n_resamples} resamples; examples resampled with "
         f"all their variants, tasks independently). Design: {', '.join(design)}. "
-        "Variant = prompt format (format perturbations) or text-perturbation kind (text).",
+        "Variant = prompt format (format perturbations) or text-perturbation kind (text). "
+        f"{NOISE_MARK}: the spread is within noise, i.e. variant labels permuted within examples "
+        f"({lb.n_permutations} draws) give a spread as large with p ≥ 0.05; the column beside it "
+        "is that null's mean spread. The certified share is the finite-sample certificate "
+        "(n/a below the K it needs); the paper's plug-in estimate is labelled with its K.",
     ]
     for kind in lb.kinds:
         rows = [r for m in lb.models if (r := lb.row(m, kind)) is not None]
         rows.sort(key=_rank)
         parts += ["", f"## {kind} perturbations: mean over tasks", ""]
-        header = ["model", "tasks", "examples", *COLUMNS.values()]
+        header = ["model", "tasks", "examples", *COLUMNS.values(), *EXTRA_COLUMNS]
         parts.append(
             markdown_table(
                 header, [[r.model, str(r.n_tasks), str(r.n_examples), *_row_cells(r)] for r in rows]
             )
         )
     parts += ["", "## Per task", ""]
-    header = ["kind", "task", "model", "examples", "prompts", *COLUMNS.values()]
+    header = ["kind", "task", "model", "examples", "prompts", *COLUMNS.values(), *EXTRA_COLUMNS]
     body = []
     for kind in lb.kinds:
         tasks = sorted({r.task for r in lb.rows if r.kind == kind and r.task != MEAN})
@@ -328,6 +618,9 @@ def to_markdown(lb: Leaderboard) -> str:
                         [kind, task, m, str(r.n_examples), str(r.n_prompts), *_row_cells(r)]
                     )
     parts.append(markdown_table(header, body))
+    parts += _noise_section(lb)
+    parts += _cert_section(lb)
+    parts += _comparison_section(lb)
     if lb.notes:
         parts += ["", "Notes:", ""] + [f"- {n}" for n in lb.notes]
     return "\n".join(parts) + "\n"
@@ -346,17 +639,47 @@ def _flat(r: LeaderboardRow) -> dict[str, Any]:
         c = r.cells[name]
         for suffix, x in (("", c.value), ("_low", c.low), ("_high", c.high)):
             out[name + suffix] = x if math.isfinite(x) else None
+    if r.spread is not None:
+        out |= r.spread.as_dict()
+    for rule, rs in sorted(r.certs.items()):
+        out[f"cert_{rule}"] = _clean(rs.rate) if rs.available else None
+        out[f"cert_{rule}_low"] = _clean(rs.rate_low) if rs.available else None
+        out[f"cert_{rule}_high"] = _clean(rs.rate_high) if rs.available else None
+        out[f"cert_{rule}_k"] = rs.k
+        out[f"cert_{rule}_na"] = rs.reason
     return out
 
 
 def to_csv(lb: Leaderboard) -> str:
     rows = [_flat(r) for r in lb.rows]
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # rows may lack a rule's columns
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:
         writer.writerow({k: "" if v is None else v for k, v in r.items()})
     return buf.getvalue()
+
+
+def _clean(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _comparison_json(comp: Comparison | None) -> dict[str, Any] | None:
+    if comp is None:
+        return None
+    return {
+        "level": comp.level,
+        "n_resamples": comp.n_resamples,
+        "pairs": [
+            {k: (_clean(v) if isinstance(v, float) else v) for k, v in p.__dict__.items()}
+            for p in comp.pairs
+        ],
+        "ranks": [
+            {k: (_clean(v) if isinstance(v, float) else v) for k, v in r.__dict__.items()}
+            for r in comp.ranks
+        ],
+    }
 
 
 def to_json(lb: Leaderboard) -> str:
@@ -374,9 +697,18 @@ def to_json(lb: Leaderboard) -> str:
                 "n_prompts": r.n_prompts,
                 "metrics": {n: r.cells[n].as_dict() for n in BOOTSTRAP_STATS},
                 "variant_bac": dict(sorted(r.variants.items())),
+                "spread_null": r.spread.as_dict() if r.spread is not None else None,
+                "certificates": {k: c.as_dict() for k, c in sorted(r.certs.items())},
             }
             for r in lb.rows
         ],
+        "certificate_settings": {
+            "phi": lb.phi,
+            "alpha": lb.alpha,
+            "n_splits": lb.n_splits,
+        },
+        "n_permutations": lb.n_permutations,
+        "comparison": _comparison_json(lb.comparison),
         "notes": list(lb.notes),
     }
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
