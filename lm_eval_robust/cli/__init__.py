@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "examples needed before an effect is significant, from a pilot run"),
     "select": ("select", "the paper's target-task filters over a run"),
     "lora": ("lora", "train LoRA baseline adapters on tasks' _train prompts"),
+    "wrap": ("wrap", "local data for stock tasks; variant names (<task>_robust_text/_format)"),
 }
 
 

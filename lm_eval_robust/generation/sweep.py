@@ -18,6 +18,11 @@ perturbations are drawn together, and the base and debiased runs draw the same e
   level, 2.80 × its standard error (the standard deviation of the per-example differences over
   the square root of the number of examples); an effect below it is not distinguishable from
   noise at this size;
+* ``p``: the exact paired test of each difference (exact McNemar on the examples whose
+  outcome changed where every per-example score is 0 or 100, e.g. EM with one perturbation per
+  example; else a sign-flip permutation test of the per-example differences). A difference is
+  called distinguishable from zero only where this p is below 0.05; a BCa endpoint beside 0 is
+  not a test at a handful of changed examples;
 * ``generations changed``: how many of the base run's generations (clean and perturbed prompts)
   the correction changed at all, whether or not the score moved.
 
@@ -42,10 +47,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
-from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.harness_names import harness, short_task
+from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.metrics.paired_tests import exact_paired
 
 __all__ = [
     "Cell",
@@ -74,6 +82,7 @@ class Cell:
     low: float
     high: float
     mde: float = math.nan
+    p: float = math.nan  # exact paired test (differences only)
 
     def text(self) -> str:
         if not math.isfinite(self.value):
@@ -126,9 +135,15 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_run(run: Path, task: str, score: str) -> RunSamples:
-    """The samples of ``task`` under one run folder (empty when it holds none)."""
+    """The samples of ``task`` under one run folder (empty when it holds none).
+
+    ``task`` is the name without the namespace (``gsm8k_text_pert``): runs written under the
+    current name (``robust_gsm8k_text_pert``) and under the old one are read alike.
+    """
     files = sorted(
-        f for f in run.rglob("samples_*.jsonl*") if (m := _SAMPLES.match(f.name)) and m[1] == task
+        f
+        for f in run.rglob("samples_*.jsonl*")
+        if (m := _SAMPLES.match(f.name)) and short_task(m[1]) == short_task(task)
     )
     if not files:
         return RunSamples()
@@ -139,7 +154,7 @@ def read_run(run: Path, task: str, score: str) -> RunSamples:
     pert_n: dict[str, int] = {}
     texts: dict[tuple[str, int], str] = {}
     for _, rec in _lines(files[0]):
-        item = rec.get(f"{score}_clean")
+        item = rec.get(harness(f"{score}_clean"), rec.get(f"{score}_clean"))  # new, old name
         if not isinstance(item, dict) or score not in item.get("scores", {}):
             raise SweepError(f"{files[0]}: no {score!r} score per doc; rerun with --log_samples")
         ex, pid, v = str(item["example_id"]), int(item["pert_id"]), float(item["scores"][score])
@@ -226,6 +241,10 @@ def _mde(diff: np.ndarray) -> float:
     return Z_POWER * sd / math.sqrt(n) if sd > 0 else math.nan
 
 
+def _p(before: np.ndarray, after: np.ndarray) -> float:
+    return exact_paired(before, after).p
+
+
 def paired_rows(
     directory: Path, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
 ) -> list[SweepRow]:
@@ -253,7 +272,7 @@ def paired_rows(
             )
             cell = [Cell(*ci.row(i)) for i in range(9)]
             mde_drop = _mde(m[:, 1] - m[:, 0])
-            drop = Cell(cell[2].value, cell[2].low, cell[2].high, mde_drop)
+            drop = Cell(cell[2].value, cell[2].low, cell[2].high, mde_drop, _p(m[:, 0], m[:, 1]))
             if label == "base":
                 rows.append(SweepRow(task, label, m.shape[0], cell[0], cell[1], drop))
                 continue
@@ -264,9 +283,27 @@ def paired_rows(
                     m.shape[0],
                     cell[3],
                     cell[4],
-                    Cell(cell[5].value, cell[5].low, cell[5].high, _mde(m[:, 3] - m[:, 2])),
-                    Cell(cell[6].value, cell[6].low, cell[6].high, _mde(m[:, 2] - m[:, 0])),
-                    Cell(cell[7].value, cell[7].low, cell[7].high, _mde(m[:, 3] - m[:, 1])),
+                    Cell(
+                        cell[5].value,
+                        cell[5].low,
+                        cell[5].high,
+                        _mde(m[:, 3] - m[:, 2]),
+                        _p(m[:, 2], m[:, 3]),
+                    ),
+                    Cell(
+                        cell[6].value,
+                        cell[6].low,
+                        cell[6].high,
+                        _mde(m[:, 2] - m[:, 0]),
+                        _p(m[:, 0], m[:, 2]),
+                    ),
+                    Cell(
+                        cell[7].value,
+                        cell[7].low,
+                        cell[7].high,
+                        _mde(m[:, 3] - m[:, 1]),
+                        _p(m[:, 1], m[:, 3]),
+                    ),
                     cell[8],
                     _changed(base_run, other_run) if other_run is not None else (0, 0),
                 )
@@ -285,6 +322,12 @@ def _mde_text(c: Cell | None) -> str:
     return f"{c.mde:.1f}" if c is not None and math.isfinite(c.mde) else "–"
 
 
+def _p_text(c: Cell | None) -> str:
+    if c is None or not math.isfinite(c.p):
+        return "–"
+    return "< 0.001" if c.p < 0.001 else f"{c.p:.3f}"
+
+
 def render(rows: Sequence[SweepRow]) -> str:
     """Markdown: one table per task."""
     out: list[str] = []
@@ -296,13 +339,21 @@ def render(rows: Sequence[SweepRow]) -> str:
             "examples, 95 % clustered BCa)",
             "",
             "| run | clean | perturbed | δ_drop | δ_clean vs base | gain vs base (pert) "
-            "| p_recover | MDE δ_drop / δ_clean / gain | generations changed |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| p_recover | MDE δ_drop / δ_clean / gain | exact p δ_drop / δ_clean / gain "
+            "| generations changed |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in sub:
             cells = [r.clean.text(), r.pert.text(), r.drop.text()]
             if r.label == "base":
-                cells += ["–", "–", "–", f"{_mde_text(r.drop)} / – / –", "–"]
+                cells += [
+                    "–",
+                    "–",
+                    "–",
+                    f"{_mde_text(r.drop)} / – / –",
+                    f"{_p_text(r.drop)} / – / –",
+                    "–",
+                ]
             else:
                 assert r.delta_clean is not None and r.gain is not None and r.p_recover
                 cells += [
@@ -310,6 +361,7 @@ def render(rows: Sequence[SweepRow]) -> str:
                     r.gain.text(),
                     r.p_recover.text(),
                     f"{_mde_text(r.drop)} / {_mde_text(r.delta_clean)} / {_mde_text(r.gain)}",
+                    f"{_p_text(r.drop)} / {_p_text(r.delta_clean)} / {_p_text(r.gain)}",
                     f"{r.changed[0]}/{r.changed[1]}",
                 ]
             out.append(f"| {r.label} | " + " | ".join(cells) + " |")
@@ -324,7 +376,7 @@ def _flat(rows: Sequence[SweepRow]) -> list[dict[str, object]]:
         d["changed"], d["generations"] = r.changed
         for name in ("clean", "pert", "drop", "delta_clean", "gain", "p_recover"):
             c = getattr(r, name)
-            for part in ("value", "low", "high", "mde"):
+            for part in ("value", "low", "high", "mde", "p"):
                 d[f"{name}_{part}"] = getattr(c, part) if c is not None else math.nan
         flat.append(d)
     return flat

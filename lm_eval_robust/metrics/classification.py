@@ -16,9 +16,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, is_tied, pred_shares
+
+
+def ll_matrix(rows: list[Mapping[str, Any]]) -> np.ndarray:
+    """``[N, Q]`` label scores; docs with fewer choices than ``Q`` are padded with ``-inf``
+    (a choice they do not have: never predicted, :func:`pred_shares`)."""
+    lls = [list(map(float, r["ll"])) for r in rows]
+    q = max((len(v) for v in lls), default=0)
+    out = np.full((len(lls), q), -np.inf)
+    for i, v in enumerate(lls):
+        out[i, : len(v)] = v
+    return out
 
 
 def _rows(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -40,8 +52,7 @@ def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.nda
     rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
     if rows and all(r.get("ll") is not None for r in rows):
-        ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-        return gold, pred_shares(ll)
+        return gold, pred_shares(ll_matrix(rows))
     pred = np.array([int(r["pred"]) for r in rows], dtype=np.int64)
     q = int(max([*gold.tolist(), *pred.tolist(), 0])) + 1
     shares = np.zeros((len(rows), q))
@@ -49,16 +60,31 @@ def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.nda
     return gold, shares
 
 
-def balanced_accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
-    """Mean recall over the classes present in ``gold`` (scikit-learn's balanced accuracy).
+def balanced_accuracy(gold: ArrayLike, pred: ArrayLike) -> float:
+    """The package's one balanced accuracy: mean recall over the classes present in ``gold``
+    (scikit-learn's ``balanced_accuracy_score``); NaN without docs.
 
-    ``pred`` is either labels ``[N]`` or prediction shares ``[N, Q]`` (ties: 1/k credit each)."""
+    ``pred`` is prediction shares ``[N, Q]`` (:func:`~lm_eval_robust.metrics.ties.pred_shares`:
+    a k-way exact tie of the top scores gives each tied label 1/k, so a doc earns 1/k when its
+    gold label is among them) or, where no scores exist, predicted labels ``[N]`` (credit 1 when
+    equal). Every other BAC of the package calls this one (:func:`balanced_accuracy_of_credit`)
+    or is tested against it (``bac_from_counts``, the constant search's BAC curve)."""
     gold = np.asarray(gold, dtype=np.int64)
     if gold.size == 0:
         return math.nan
-    credit = _credit(gold, pred)
-    classes = np.unique(gold)
-    return float(np.mean([credit[gold == c].mean() for c in classes]))
+    return balanced_accuracy_of_credit(gold, _credit(gold, np.asarray(pred)))
+
+
+def balanced_accuracy_of_credit(gold: ArrayLike, credit: ArrayLike) -> float:
+    """:func:`balanced_accuracy` from each doc's credit ``[N]`` (1 right, 0 wrong, 1/k tied)."""
+    gold = np.asarray(gold, dtype=np.int64)
+    if gold.size == 0:
+        return math.nan
+    credit = np.asarray(credit, dtype=np.float64)
+    _, cls = np.unique(gold, return_inverse=True)
+    total = np.bincount(cls)  # every class of gold, in sorted order, has docs
+    correct = np.bincount(cls, weights=credit, minlength=total.size)
+    return float(np.mean(correct / total))
 
 
 def _credit(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -117,15 +143,13 @@ def tie_share(items: Iterable[Mapping[str, Any]]) -> float:
     rows = [r for r in _rows(items) if r.get("ll") is not None]
     if not rows:
         return math.nan
-    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-    return float(is_tied(ll).mean())
+    return float(is_tied(ll_matrix(rows)).mean())
 
 
 def _scores(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.ndarray, np.ndarray]:
     rows = _subset(items, perturbed)
     gold = np.array([int(r["gold"]) for r in rows], dtype=np.int64)
-    ll = np.array([list(map(float, r["ll"])) for r in rows], dtype=np.float64)
-    return gold, ll
+    return gold, ll_matrix(rows)
 
 
 def margin_auc(gold: np.ndarray, ll: np.ndarray) -> float:

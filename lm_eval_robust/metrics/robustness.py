@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.harness_names import ROBUSTNESS_METRICS
 from lm_eval_robust.metrics.bootstrap import bac_from_counts, jackknife_weights, resample_weights
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, pred_shares
-from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 __all__ = [
     "BOOTSTRAP_STATS",
@@ -186,6 +186,8 @@ def _certified(rows: Sequence[Mapping[str, Any]], ids: Sequence[str]) -> tuple[n
     """Per-example certificate indicators (NaN where the rule cannot apply to the task)."""
     out = [np.full(len(ids), np.nan), np.full(len(ids), np.nan)]
     if not any(int(r["pert_id"]) > 0 for r in rows):
+        return tuple(out)
+    if len({len(r["ll"]) for r in rows}) > 1:  # choices differ per doc: no label-space certificate
         return tuple(out)
     from lm_eval_robust.metrics.certify import certify_items
 

@@ -18,11 +18,12 @@ __all__ = ["credit_from_shares", "is_tied", "pred_shares", "tie_credit"]
 def pred_shares(ll: np.ndarray) -> np.ndarray:
     """``[N, Q]``: ``1/k`` on each of the ``k`` labels that share the row's maximum, else 0.
 
-    Rows with a NaN give no prediction (all zeros)."""
+    Rows with a NaN, +inf or no finite value give no prediction (all zeros). ``-inf`` marks a
+    label the doc does not have (rows of docs with fewer choices, padded to ``Q``)."""
     ll = np.asarray(ll, dtype=np.float64)
     if ll.ndim != 2 or ll.shape[0] == 0:
         return np.zeros((ll.shape[0] if ll.ndim else 0, ll.shape[-1] if ll.ndim == 2 else 0))
-    ok = np.isfinite(ll).all(axis=1)
+    ok = ~(np.isnan(ll) | (ll == np.inf)).any(axis=1) & np.isfinite(ll).any(axis=1)
     top = np.where(ok[:, None], ll, -np.inf).max(axis=1, keepdims=True)
     hit = (ll == top) & ok[:, None]
     k = hit.sum(axis=1, keepdims=True)

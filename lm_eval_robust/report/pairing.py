@@ -271,8 +271,13 @@ def _read_samples(
         return None, [f"{task}: empty samples file {file.name}"]
     items = _complete(items, task, notes)
     kwargs = config.get("dataset_kwargs") or {}
-    kind = "/".join(sorted(k for k in kinds if k)) or str(kwargs.get("lmer_kind", ""))
-    split = "/".join(sorted(s for s in splits if s)) or str(kwargs.get("lmer_split", ""))
+    md = config.get("metadata") or {}  # wrapped stock tasks name their kind in the metadata
+    kind = "/".join(sorted(k for k in kinds if k)) or str(
+        kwargs.get("lmer_kind") or md.get("lmer_kind", "")
+    )
+    split = "/".join(sorted(s for s in splits if s)) or str(
+        kwargs.get("lmer_split") or md.get("lmer_split", "")
+    )
     return TaskRun(task, kind, split, items, hashes, config), notes
 
 

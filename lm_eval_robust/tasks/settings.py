@@ -213,7 +213,8 @@ HARNESS_KEYS = ("version", "config_source", "config", "_metadata", "num_fewshot"
 def task_setting_names() -> set[str]:
     """Every ``--metadata`` key of our task families (NI and generation)."""
     names = {f.name for f in fields(NIConfig)} | {f.name for f in fields(GenConfig)}
-    return names - {"extra", "split_fractions"}
+    # local_data: a folder of local dataset copies for any task (lm_eval_robust.wrap.local_data)
+    return (names - {"extra", "split_fractions"}) | {"local_data"}
 
 
 def check_metadata_keys(md: Mapping[str, Any], error: type[UserError]) -> None:
