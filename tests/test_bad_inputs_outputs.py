@@ -727,7 +727,7 @@ def test_bad_input(
 def test_the_tables_are_large_enough() -> None:
     from test_bad_inputs_table import CASES as FIRST
 
-    assert len(CASES) >= 40
+    assert len(CASES) >= 75
     ids = [c.id for c in [*FIRST, *CASES]]
     assert len(set(ids)) == len(ids)
 
