@@ -29,6 +29,7 @@ CHAT = "qwen2.5-coder-1.5b_chat_all/fp32/report/report.json"
 LB = "leaderboard/table/leaderboard.json"
 CERTS = "qwen2.5-coder-1.5b_ni220_certificates/summary.json"
 SWEEP = "qwen2.5-coder-1.5b_generation/sweep.json"
+CHAT_T = "qwen2.5-coder-1.5b_chat_targets/report/report.json"
 
 
 @cache
@@ -109,7 +110,9 @@ def _readme() -> list[str]:
     ridge = pair(NI220, "debiased", T220)
     worst = lb_pair("format", "bac_worst", GEMMA, Q15)
     dd = lb_pair("format", "delta_drop", GEMMA, Q15)
+    n_ex = [t["n_examples"] for t in load(NI220)["tasks"] if t["run"] == "base"]
     return [
+        f"ni220 with text perturbations ({n_ex[0]} test examples)",
         f"cost the base model {n(-drop['value'])} points of BAC [{n(drop['low'])}, "
         f"{n(drop['high'])}]",
         f"raises perturbed BAC by {n(ridge['delta_pert']['value'])} points "
@@ -156,7 +159,17 @@ def _guide() -> list[str]:
         f"the paper's plug-in {rate_ci(plug)} averaged over 50 splits (one split gave the "
         f"committed {pct(load(CERTS)['runs']['K200 base']['old_plugin_c_seed0'])} %)",
         f"the exact McNemar p is {sweep[0]['drop']['p']:.3f}",
+        f"TriviaQA (a {n(-sweep[0]['drop']['value'])}-point EM drop",
+        f"{n(_gsm8k()['clean']['value'])} → {n(_gsm8k()['pert']['value'])} EM, "
+        f"{'not ' if _gsm8k()['drop']['p'] >= 0.05 else ''}distinguishable from zero",
+        f"On ni1297 the drop is {ci(task(CHAT_T, 'base', t1297)['delta_drop'])} and ridge "
+        f"changes perturbed BAC by {ci(pair(CHAT_T, 'debiased', t1297)['delta_pert'])}",
     ]
+
+
+def _gsm8k() -> dict[str, Any]:
+    (row,) = [r for r in load(SWEEP) if r["task"] == "gsm8k_text_pert" and r["label"] == "base"]
+    return row
 
 
 def _method() -> list[str]:
