@@ -30,6 +30,7 @@ LB = "leaderboard/table/leaderboard.json"
 CERTS = "qwen2.5-coder-1.5b_ni220_certificates/summary.json"
 SWEEP = "qwen2.5-coder-1.5b_generation/sweep.json"
 CHAT_T = "qwen2.5-coder-1.5b_chat_targets/report/report.json"
+K200 = "qwen2.5-coder-1.5b_ni220_k200/report/report.json"
 
 
 @cache
@@ -167,6 +168,12 @@ def _guide() -> list[str]:
     ]
 
 
+def _exact_k200(run: str) -> dict[str, float]:
+    (t,) = [t for t in load(K200)["tasks"] if t["run"] == run]
+    c = t["cert_splits"]["exact"]
+    return {"value": c["rate"], "low": c["rate_low"], "high": c["rate_high"]}
+
+
 def _gsm8k() -> dict[str, Any]:
     (row,) = [r for r in load(SWEEP) if r["task"] == "gsm8k_text_pert" and r["label"] == "base"]
     return row
@@ -299,6 +306,10 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
         lambda: [
             f"K = 200 plug-in p_C is {rate_ci(cert('K200 base', 'plugin_c'))}",
             f"at K = 200 it certifies {rate_ci(cert('K200 base', 'exact'))} of the 21 examples",
+            *(
+                f"| {ci(_exact_k200(run), scale=100)} | "
+                for run in ("base", "debiased", "batch_cal", "clean_cal")
+            ),
         ],
     ),
 }
