@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 #: key of the stock task's full config inside a wrapped task's config (set by :mod:`.resolve`)
 BASE_KEY = "lmer_base_config"
 SUPPORTED = ("multiple_choice", "generate_until")
-_CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
+_CERTIFY = {"p_cert_h", "p_cert_c", "p_cert_exact", "pop_cert_h", "pop_cert_c"}
 _LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share", "fmt_spread"}
 _warned: set[str] = set()
 
