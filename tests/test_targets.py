@@ -10,7 +10,7 @@ from test_report import _task_a, _task_b, _write_run
 
 from lm_eval_robust.cli import main
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.select import Criteria, candidates, read_task_list, target_tasks
+from lm_eval_robust.targets import Criteria, candidates, read_task_list, target_tasks
 
 
 def test_filters_and_ranking(tmp_path: Path) -> None:
@@ -63,6 +63,7 @@ def test_select_needs_runs_or_a_model(capsys: pytest.CaptureFixture[str]) -> Non
     assert "give either run folders or --pretrained MODEL" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_select_runs_the_screening_pass_itself(
     tiny_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
