@@ -79,8 +79,8 @@ class PostHoc:
     ) -> None:
         from transformers import AutoTokenizer
 
-        from lm_eval_robust.checkpoint import checkpoint_fingerprint
         from lm_eval_robust.correction import load_corrections
+        from lm_eval_robust.fingerprint import checkpoint_fingerprint
 
         if model_args.get("lora"):
             raise ReplayError(

@@ -37,8 +37,8 @@ import numpy as np
 from lm_eval.api.registry import register_model
 
 from lm_eval_robust import vllm_alias
-from lm_eval_robust.checkpoint import checkpoint_fingerprint
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.fingerprint import checkpoint_fingerprint
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.offline_models import cache_dir, resolve_pretrained
 from lm_eval_robust.tasks.data import check_data_dir_env

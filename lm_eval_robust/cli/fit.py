@@ -15,6 +15,12 @@ from lm_eval_robust.cli.args import (
     parse_metadata,
     perturbed_task,
 )
+from lm_eval_robust.defaults import (
+    DEFAULT_CLEAN_MARGIN,
+    DEFAULT_FOLDS,
+    DEFAULT_GEN_FOLDS,
+    DEFAULT_RADII_PHI,
+)
 from lm_eval_robust.errors import UserError
 
 __all__ = ["build_parser", "collect", "main"]
@@ -65,7 +71,10 @@ def build_parser() -> CommandParser:
         "be chosen (default 0.01)",
     )
     p.add_argument(
-        "--auto_folds", type=int, default=5, help="--method auto: grouped CV folds (default 5)"
+        "--auto_folds",
+        type=int,
+        default=DEFAULT_FOLDS,
+        help=f"--method auto: grouped CV folds (default {DEFAULT_FOLDS})",
     )
     p.add_argument(
         "--seed",
@@ -82,7 +91,9 @@ def build_parser() -> CommandParser:
         default="midpoint",
         help="ridge β: midpoint of the residual range (paper) or the residual mean",
     )
-    p.add_argument("--phi", type=float, default=0.05, help="failure ratio φ of the radii")
+    p.add_argument(
+        "--phi", type=float, default=DEFAULT_RADII_PHI, help="failure ratio φ of the radii"
+    )
     p.add_argument("--plot", default=None, help="constant method: write the search plot here")
     p.add_argument("-o", "--out", required=True, help="correction file (.safetensors)")
     p.add_argument(
@@ -120,7 +131,7 @@ def build_parser() -> CommandParser:
         "--gen_folds",
         type=int,
         default=None,
-        help="--select generation: grouped folds of train examples (default 3)",
+        help=f"--select generation: grouped folds of train examples (default {DEFAULT_GEN_FOLDS})",
     )
     p.add_argument(
         "--gen_kwargs",
@@ -149,7 +160,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     """``fit --tasks``: one correction per task into the folder ``-o``."""
     from pathlib import Path
 
-    from lm_eval_robust.select import read_task_list
+    from lm_eval_robust.targets import read_task_list
 
     if args.layer is not None:
         raise UserError("--layer fits one generation task at a time; use --task")
@@ -265,7 +276,7 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
     import json
 
     from lm_eval_robust.correction import fit_summary, save
-    from lm_eval_robust.fit.auto import DEFAULT_CLEAN_MARGIN, AutoSettings, auto_fit
+    from lm_eval_robust.fit.auto import AutoSettings, auto_fit
 
     margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else args.clean_margin
     auto = AutoSettings(n_folds=args.auto_folds, seed=args.seed, clean_margin=margin, fit=settings)

@@ -9,7 +9,7 @@ so ``layer_correction=DIR/L<layer>`` applies one layer to every task fitted ther
 
 ``--select generation`` chooses ``k`` and λ per layer by the task's metric on held-out train
 prompts generated through ``debiased_hf`` with each candidate correction
-(:func:`~lm_eval_robust.generation.select.select_by_generation` with
+(:func:`~lm_eval_robust.generation.tune.tune_by_generation` with
 :class:`~lm_eval_robust.generation.gen_score.GenerationScorer`); the file's statistics hold the
 choice and its cross-validation table.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
 from lm_eval_robust.errors import UserError
 
 SUFFIX = "_text_pert"
@@ -51,7 +52,6 @@ def _out_path(out: Path, key: str, layer: int, several: bool) -> Path:
 
 DEFAULT_K_GRID = (1, 2)
 DEFAULT_LAM_GRID = (1e-4, 1e-2, 1.0)
-DEFAULT_GEN_FOLDS = 3
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
             raise UserError(
                 f"{', '.join(named)} are settings of --select generation; add it or drop them"
             )
-    margin = 0.01 if args.clean_margin is None else float(args.clean_margin)
+    margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else float(args.clean_margin)
     folds = DEFAULT_GEN_FOLDS if args.gen_folds is None else int(args.gen_folds)
     if not 2 <= folds <= 20:
         raise UserError(f"--gen_folds must be between 2 and 20, got {folds}; e.g. --gen_folds 3")
@@ -237,15 +237,15 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         encode_prompts,
         resolve_layers,
     )
-    from lm_eval_robust.generation.select import GenSelectSettings
     from lm_eval_robust.generation.tasks import GenConfig, build_docs, get_task
+    from lm_eval_robust.generation.tune import GenTuneSettings
     from lm_eval_robust.model import DebiasedHFLM
 
     name = gen_task_of(key)
     flags = check_layer_args(args)
     select = None
     if flags.select == "generation":
-        select = GenSelectSettings(
+        select = GenTuneSettings(
             ks=flags.ks,
             lams_rel=flags.lams_rel,
             n_folds=flags.gen_folds,
@@ -320,10 +320,10 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         }
         xc, xp = x[np.asarray(clean)], x[np.asarray(pert)]
         if select is not None and scorer is not None:
-            from lm_eval_robust.generation.select import select_by_generation
+            from lm_eval_robust.generation.tune import tune_by_generation
 
             before, first_call = scorer.n_generated, len(scorer.calls)
-            corr = select_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
+            corr = tune_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
             info = corr.stats["generation_selection"]
             add_changed_counts(info["table"], scorer.calls[first_call:])
             info["score"] = f"{task.metric} ({scorer.score_name})"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 
 __all__ = ["LEADERBOARD_FILES", "build_parser", "main"]
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="one run folder per model")
     p.add_argument("--labels", default=None, help="comma-separated model names, one per run")
     p.add_argument("-o", "--out", default="leaderboard", help="output folder")
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
     p.add_argument("--confidence", type=float, default=0.95, help="CI level")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument(
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_leaderboard(args: argparse.Namespace) -> str:
     from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
-    from lm_eval_robust.report.leaderboard import build_leaderboard, to_csv, to_json, to_markdown
+    from lm_eval_robust.report.leaderboard import build_leaderboard
+    from lm_eval_robust.report.leaderboard_tables import to_csv, to_json, to_markdown
     from lm_eval_robust.report.pairing import label_runs
 
     check_bootstrap_flags(args.resamples, args.confidence, args.seed)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI, DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.estimates import ReportSettings, build_report
@@ -43,10 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="tasks to keep: a comma list or select's targets .json (default: all); a task's "
         "_train/_holdout splits count as the task",
     )
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
     p.add_argument("--confidence", type=float, default=0.95, help="CI level")
-    p.add_argument("--phi", type=float, default=0.1, help="certificate failure ratio φ")
-    p.add_argument("--psi", type=float, default=0.05, help="population confidence ψ")
+    p.add_argument(
+        "--phi", type=float, default=DEFAULT_CERT_PHI, help="certificate failure ratio φ"
+    )
+    p.add_argument("--psi", type=float, default=DEFAULT_CERT_PSI, help="population confidence ψ")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and split seed")
     p.add_argument(
         "--certificate",
@@ -137,7 +140,7 @@ def _write_report(args: argparse.Namespace, settings: Any, out: Path) -> str:
     runs = label_runs(args.runs, labels)
     if args.tasks:
         from lm_eval_robust.correction import correction_key
-        from lm_eval_robust.select import read_task_list
+        from lm_eval_robust.targets import read_task_list
 
         keep = set(read_task_list(args.tasks))
         runs = [

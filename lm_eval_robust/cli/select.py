@@ -1,4 +1,4 @@
-"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.select`)."""
+"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.targets`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_text
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.select import (
+from lm_eval_robust.targets import (
     PASS_METADATA,
     PASS_TASKS,
     Criteria,

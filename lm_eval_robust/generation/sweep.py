@@ -47,11 +47,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
 from lm_eval_robust.harness_names import harness, short_task
-from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
 from lm_eval_robust.metrics.paired_tests import exact_paired
 
 __all__ = [

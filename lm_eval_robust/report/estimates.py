@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import correction_key
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.metrics.bootstrap import (
-    DEFAULT_RESAMPLES,
     TaskLevelCI,
     bac_from_counts,
     cluster_bootstrap_ci,
