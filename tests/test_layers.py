@@ -104,6 +104,12 @@ def test_every_module_has_a_layer() -> None:
     )
 
 
+def test_a_module_outside_the_declaration_has_no_layer() -> None:
+    with pytest.raises(KeyError):
+        layer_of("lm_eval_robust.not_declared")
+    assert LAYERS[layer_of("lm_eval_robust.report.not_declared")][0] == "report"  # `report.*`
+
+
 def test_every_named_module_exists() -> None:
     files = module_files()
     stale = [m for _, ms in LAYERS for m in ms if m.removesuffix(".*") not in files]
