@@ -239,6 +239,20 @@ def test_fit_takes_selects_targets_file(fitted, tmp_path: Path, capsys) -> None:
     argv = ["fit", "--task", "ni322_format_pert", "--features", feats, "--method"]
     assert main([*argv, "batch_calibration", "-o", str(single)]) == 0
     np.testing.assert_array_equal(many.beta, load(single).beta)
+    # refitted into the same folder: replaced whole, no correction of the earlier fit left
+    stale = out / "ni065_format_pert.safetensors"
+    stale.write_bytes(b"an earlier fit")
+    again = ["fit", "--tasks", str(targets), "--features", str(root), "--method"]
+    capsys.readouterr()
+    assert main([*again, "batch_calibration", "--lam", "1", "-o", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] == str(out / "ni322_format_pert.safetensors")
+    assert sorted(p.name for p in out.iterdir()) == ["ni322_format_pert.safetensors"]
+    # a folder holding files fit does not write is refused, and left as it was
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main([*again, "batch_calibration", "-o", str(out)]) == 2
+    assert "holds notes.txt, not written by fit --tasks" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
     capsys.readouterr()
     assert main(["fit", "--tasks", str(targets), "-o", str(tmp_path / "x.safetensors")]) == 2
     assert "with --tasks, -o is a folder" in capsys.readouterr().err

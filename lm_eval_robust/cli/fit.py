@@ -156,6 +156,10 @@ def main(argv: Sequence[str]) -> int:
     return _fit_one(args)
 
 
+#: what ``fit --tasks`` writes into its folder (an existing folder of only these is replaced)
+FIT_TASKS_FILES = ("*.safetensors", "*_search.png")
+
+
 def _fit_many(args: argparse.Namespace) -> int:
     """``fit --tasks``: one correction per task into the folder ``-o``."""
     from pathlib import Path
@@ -168,17 +172,36 @@ def _fit_many(args: argparse.Namespace) -> int:
     if out.suffix == ".safetensors":
         raise UserError(f"with --tasks, -o is a folder (one file per task), not {out.name}")
     keys = [perturbed_task(task, "--tasks") for task in read_task_list(args.tasks)]
-    for key in keys:
-        one = argparse.Namespace(**vars(args))
-        one.task, one.out = key, str(out / f"{key}.safetensors")
-        if args.features:
-            one.features = str(Path(args.features) / f"{key}_train")
-        if args.plot:
-            one.plot = str(out / f"{key}_search.png")
-        rc = _fit_one(one)
-        if rc:
-            return rc
+    from lm_eval_robust.atomic import atomic_dir, check_replaceable
+
+    _refuse_fit_inputs(out, args.features, getattr(args, "pretrained", None))
+    # the folder appears whole with every task's correction, or not at all; an existing one is
+    # replaced whole (no correction of an earlier fit left beside the new ones)
+    check_replaceable(out, "-o", "fit --tasks", FIT_TASKS_FILES)
+    try:
+        with atomic_dir(out, "corrections") as staged:
+            for key in keys:
+                one = argparse.Namespace(**vars(args))
+                one.task, one.out = key, str(staged / f"{key}.safetensors")
+                one.final_out = str(out / f"{key}.safetensors")
+                if args.features:
+                    one.features = str(Path(args.features) / f"{key}_train")
+                if args.plot:
+                    one.plot = str(staged / f"{key}_search.png")
+                rc = _fit_one(one)
+                if rc:
+                    raise _FitFailed(rc)  # nothing lands: the staged folder is removed
+    except _FitFailed as failed:
+        return failed.rc
     return 0
+
+
+class _FitFailed(Exception):
+    """One task of ``fit --tasks`` failed (its message is printed): the folder is not written."""
+
+    def __init__(self, rc: int) -> None:
+        super().__init__(rc)
+        self.rc = rc
 
 
 def _fit_one(args: argparse.Namespace) -> int:
@@ -269,7 +292,7 @@ def _fit_one(args: argparse.Namespace) -> int:
     summary.pop("n_examples", None)
     if correction.stats.get("b") is not None:
         summary["b"] = correction.stats["b"]
-    summary["out"] = str(out)
+    summary["out"] = getattr(args, "final_out", None) or str(out)  # where it lands
     print(json.dumps(summary))
     return 0
 
@@ -304,7 +327,7 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
         r["method"]: None if r["skipped"] else [r["bac_clean"], r["bac_pert"]]
         for r in info["table"]
     }
-    summary["out"] = str(out)
+    summary["out"] = getattr(args, "final_out", None) or str(out)  # where it lands
     print(json.dumps(summary))
     return 0
 
