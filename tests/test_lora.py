@@ -210,6 +210,17 @@ def test_cli_trains_and_rejects_bad_input(
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["task"] == TASK and summary["rows"] == 48
     assert load_adapter(tmp_path / "ad" / f"{TASK}.safetensors").A.shape[0] == 2
+    assert summary["out"] == str(tmp_path / "ad" / f"{TASK}.safetensors")
+    # run again into the same folder: replaced whole, no adapter of the earlier run left
+    (tmp_path / "ad" / "ni065_format_pert.safetensors").write_bytes(b"an earlier adapter")
+    assert main(args) == 0
+    assert [p.name for p in (tmp_path / "ad").iterdir()] == [f"{TASK}.safetensors"]
+    # a folder holding other files is refused and left as it was
+    (tmp_path / "ad" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "holds notes.txt, not written by lora" in capsys.readouterr().err
+    assert (tmp_path / "ad" / "notes.txt").read_text() == "mine"
 
 
 def test_settings_are_checked() -> None:

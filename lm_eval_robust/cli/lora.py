@@ -76,6 +76,11 @@ def main(argv: Sequence[str]) -> int:
     inputs = [("model folder", args.pretrained)]
     inputs += [(k, extra[k]) for k in ("correction", "lora", "layer_correction") if extra.get(k)]
     refuse_overwrite(out, "-o", inputs)
+    from lm_eval_robust.atomic import atomic_dir, check_replaceable
+
+    # the folder appears whole with every task's adapter, or not at all; an existing one is
+    # replaced whole (no adapter of an earlier run left beside the new ones)
+    check_replaceable(out, "-o", "lora", ("*.safetensors",))
     from lm_eval_robust.lora import save_adapter
     from lm_eval_robust.lora_train import train_lora, train_rows
     from lm_eval_robust.model import DebiasedHFLM
@@ -84,19 +89,24 @@ def main(argv: Sequence[str]) -> int:
     md = parse_metadata(args.metadata)
     NIConfig.from_metadata(md)  # settings too, before the model loads
     lm = DebiasedHFLM(pretrained=args.pretrained, **extra)
-    for key in keys:
-        rows = train_rows(lm, key + "_train", md)
-        adapter = train_lora(lm.model, lm.tokenizer, rows, settings, key)
-        path = save_adapter(adapter, out / f"{key}.safetensors")
-        summary = {
-            "task": key,
-            "module": adapter.module,
-            "rank": settings.rank,
-            "rows": len(rows),
-            "epoch_loss": [round(x, 4) for x in adapter.stats["epoch_loss"]],
-            "train_seconds": round(float(adapter.stats["train_seconds"]), 1),
-            "adapter_sha256": adapter.sha256,
-            "out": str(path),
-        }
+    summaries = []
+    with atomic_dir(out, "adapters") as staged:
+        for key in keys:
+            rows = train_rows(lm, key + "_train", md)
+            adapter = train_lora(lm.model, lm.tokenizer, rows, settings, key)
+            save_adapter(adapter, staged / f"{key}.safetensors")
+            summaries.append(
+                {
+                    "task": key,
+                    "module": adapter.module,
+                    "rank": settings.rank,
+                    "rows": len(rows),
+                    "epoch_loss": [round(x, 4) for x in adapter.stats["epoch_loss"]],
+                    "train_seconds": round(float(adapter.stats["train_seconds"]), 1),
+                    "adapter_sha256": adapter.sha256,
+                    "out": str(out / f"{key}.safetensors"),
+                }
+            )
+    for summary in summaries:  # printed once the folder is in place
         print(json.dumps(summary), flush=True)
     return 0
