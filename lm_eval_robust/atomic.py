@@ -1,4 +1,11 @@
-"""Folders that appear whole or not at all, and outputs that never overwrite their own inputs.
+"""The one home of atomic writes, and of the rule that an output never touches its own inputs.
+
+Every command that writes goes through :func:`refuse_overwrite` first: an output may not be,
+hold, or sit inside any input the command reads (runs, results and samples files, corrections,
+features, model folders). Files appear whole through :func:`write_file` (temporary file, fsync,
+``os.replace``); folders through :func:`atomic_dir` / :class:`StagedDir`, and an existing output
+folder is replaced whole, nothing of the previous version left beside the new files
+(:func:`check_replaceable` refuses a folder that holds files the command does not write).
 
 :func:`atomic_dir` yields a temporary folder beside the target; when the block ends normally the
 folder takes the target's place in one rename (an existing target is swapped out with
@@ -13,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fnmatch
 import os
 import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,11 +50,14 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def refuse_overwrite(out: str | os.PathLike[str], flag: str, inputs: Iterable[Any]) -> None:
-    """Refuse ``out`` when it is one of ``inputs`` or holds one (replacing it would remove it).
+    """Refuse ``out`` when it is one of ``inputs``, holds one, or sits inside an input folder.
 
-    ``inputs`` are ``(name, path)`` pairs; an input that does not exist is ignored.
+    ``inputs`` are ``(name, path)`` pairs; an input that does not exist is ignored. Writing
+    ``out`` would replace, remove or add to that input (a second results file in a run folder,
+    a report inside a model folder).
     """
     target = Path(out).resolve()
+    found: list[tuple[int, str, Any]] = []
     for name, path in inputs:
         if path is None or not str(path):
             continue
@@ -54,12 +65,118 @@ def refuse_overwrite(out: str | os.PathLike[str], flag: str, inputs: Iterable[An
         if not src.exists():
             continue
         src = src.resolve()
-        if target == src or _inside(src, target):
-            how = "is" if target == src else "holds"
-            raise OverwriteError(
-                f"{flag} {out} {how} the {name} {path}: writing it would overwrite the input; "
-                f"choose another {flag}"
-            )
+        if target == src:
+            found.append((0, name, path))
+        elif _inside(src, target):
+            found.append((1, name, path))
+        elif src.is_dir() and _inside(target, src):
+            found.append((2, name, path))
+    if found:  # the closest relation names the input: "is" before "holds" before "is inside"
+        rank, name, path = min(found, key=lambda f: f[0])
+        how = ("is", "holds", "is inside")[rank]
+        raise OverwriteError(
+            f"{flag} {out} {how} the {name} {path}: writing it would change that input; "
+            f"choose another {flag} outside it"
+        )
+
+
+def run_inputs(runs: Iterable[str | os.PathLike[str]]) -> list[tuple[str, Path]]:
+    """The ``(name, folder)`` inputs of lm_eval runs given as ``--output_path`` folders, model
+    folders or results files: every folder that holds a ``results_*.json`` the run is read from
+    (a report beside the model folder, ``OUT/report``, sits outside them)."""
+    out: list[tuple[str, Path]] = []
+    for r in runs:
+        p = Path(r)
+        if p.is_file():
+            out.append(("run", p.parent))
+        elif any(p.glob("results_*.json")):
+            out.append(("run", p))
+        else:
+            found = sorted({f.parent for f in p.glob("*/results_*.json")})
+            out += [("run", f) for f in found] or [("run", p)]
+    return out
+
+
+def check_replaceable(
+    target: str | os.PathLike[str], flag: str, what: str, patterns: Sequence[str]
+) -> None:
+    """An existing ``target`` folder may be replaced whole only when every file in it is one
+    this command writes (``patterns``, fnmatch): a folder of other files is refused, not
+    emptied."""
+    p = Path(target)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise OverwriteError(f"{flag} {target} is a file, not a folder; choose another {flag}")
+    foreign = sorted(
+        x.name
+        for x in p.iterdir()
+        if not (x.is_file() and any(fnmatch.fnmatch(x.name, pat) for pat in patterns))
+    )
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise OverwriteError(
+            f"{flag} {target} holds {shown}, not written by {what}; the folder is replaced "
+            f"whole, so choose a new or empty {flag}"
+        )
+
+
+def write_file(
+    data: bytes,
+    target: str | os.PathLike[str],
+    what: str = "output",
+    error: type[UserError] = OverwriteError,
+) -> Path:
+    """Write ``data`` to ``target`` atomically (temporary file, fsync, ``os.replace``).
+
+    On any failure the temporary file is removed and an existing target is left untouched; a
+    folder that cannot be written is a one-line ``error`` naming ``what`` was being written.
+    """
+    target = Path(target)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if target.is_dir():
+            raise IsADirectoryError(21, "it is a folder")
+        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise error(
+            f"cannot write {what} to {target} ({exc.strerror or exc}); choose a writable "
+            "path with -o"
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a quota: the target is left as it was
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise error(
+            f"cannot write {what} to {target} ({exc.strerror or exc}); the previous file is "
+            "unchanged; free space or choose another path with -o"
+        ) from None
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # persist the rename (POSIX); not possible everywhere
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return target
+
+
+def write_text(text: str, target: str | os.PathLike[str], what: str = "output") -> Path:
+    """:func:`write_file` of UTF-8 text."""
+    return write_file(text.encode("utf-8"), target, what)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -170,13 +287,6 @@ def atomic_dir(target: str | os.PathLike[str], what: str = "output") -> Iterator
         raise
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 class StagedDir:
     """:func:`atomic_dir` for code that learns its target late: ``open`` it, write, ``commit``.
 
@@ -195,8 +305,9 @@ class StagedDir:
         self._ctx.enter_context(_sigterm_unwinds())
         return self
 
-    def open(self, target: Path, what: str, keep_others: bool = True) -> Path:
-        """A temporary folder beside ``target``, holding a copy of ``target``'s other files."""
+    def open(self, target: Path, what: str) -> Path:
+        """An empty temporary folder beside ``target``; :meth:`commit` replaces ``target`` whole
+        with it (check an existing ``target`` with :func:`check_replaceable` first)."""
         self._target = target
         missing = target.parent
         while not missing.parent.exists() and missing.parent != missing:
@@ -207,8 +318,6 @@ class StagedDir:
             clean_stale(target)
             prefix = f".{target.name}{TMP_TAG}{os.getpid()}-"
             self._tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
-            if keep_others and target.is_dir():  # hard links where possible: no copy cost
-                shutil.copytree(target, self._tmp, copy_function=_link_or_copy, dirs_exist_ok=True)
         except OSError as exc:
             raise OverwriteError(
                 f"cannot write the {what} to {target} ({exc.strerror or exc}); choose a writable -o"

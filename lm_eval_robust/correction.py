@@ -15,11 +15,9 @@ its validation and its serialisation change together whenever a field is added.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +43,6 @@ __all__ = [
     "load_corrections",
     "read_safetensors",
     "save",
-    "write_atomic",
 ]
 
 META_KEY = "lm_eval_robust"
@@ -262,8 +259,7 @@ def _metadata(c: Correction) -> str:
 def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
     """Write ``correction`` to ONE safetensors file, atomically.
 
-    The bytes go to a temporary file in the target's directory, are fsynced, and replace the target
-    with ``os.replace``; on any failure the temporary file is removed and an existing target is left
+    Through :func:`lm_eval_robust.atomic.write_file`: on any failure an existing target is left
     untouched. Arrays keep their dtype (float64 from a ridge fit).
     """
     from safetensors.numpy import save as st_save
@@ -273,50 +269,9 @@ def save(correction: Correction, path: str | os.PathLike[str]) -> Path:
     if correction.W is not None:
         tensors["W"] = np.ascontiguousarray(correction.W)
     data = st_save(tensors, metadata={META_KEY: _metadata(correction)})
-    return write_atomic(data, Path(path))
+    from lm_eval_robust.atomic import write_file
 
-
-def write_atomic(data: bytes, target: Path, what: str = "correction") -> Path:
-    """Write ``data`` to ``target`` atomically (temporary file, fsync, ``os.replace``).
-
-    On any failure the temporary file is removed and an existing target is left untouched; a
-    folder that cannot be written is a one-line error naming ``what`` was being written.
-    """
-    directory = target.parent if str(target.parent) else Path(".")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise CorrectionError(
-            f"cannot write {what} to {target} ({exc.strerror or exc}); choose a writable "
-            "path with -o"
-        ) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as exc:  # a full disk, a quota: the target is left as it was
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise CorrectionError(
-            f"cannot write {what} to {target} ({exc.strerror or exc}); the previous file is "
-            "unchanged; free space or choose another path with -o"
-        ) from None
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # persist the rename (POSIX); not possible everywhere
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    return target
+    return write_file(data, Path(path), "correction", CorrectionError)
 
 
 def _looks_like_pickle(head: bytes, p: Path) -> bool:

@@ -80,6 +80,7 @@ def export(
     path = resolve_pretrained(pretrained)
     check_model_folder(path, CorrectionError)
     refuse_overwrite(out, "-o", [("model folder", path), ("correction", correction_path)])
+    _check_previous_export(out)
     corr: Correction = load(correction_path)
     if corr.stats.get("labels_are_positions"):
         raise CorrectionError(
@@ -152,6 +153,21 @@ def _constant_part(corr: Correction, beta: Any) -> Correction:
         psi="linear",
         stats={**corr.stats, "constant_part_of": corr.method},
     )
+
+
+def _check_previous_export(out: str | Path) -> None:
+    """The folder ``-o`` is replaced whole: only an earlier export (it holds
+    ``lm_eval_robust_export.json``) or an empty folder may be there, never other files."""
+    p = Path(out)
+    if not p.is_dir() or (p / "lm_eval_robust_export.json").is_file():
+        return
+    held = sorted(x.name for x in p.iterdir())
+    if held:
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise CorrectionError(
+            f"-o {out} holds {shown}, not an earlier export; the folder is replaced whole, so "
+            "choose a new or empty -o"
+        )
 
 
 def _torch_dtype(name: str) -> Any:

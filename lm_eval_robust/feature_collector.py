@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,25 @@ class FeatureError(UserError):
 class FeatureCollector:
     """Per-doc features of our tasks, written as one safetensors shard per task and rank."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, inputs: Iterable[tuple[str, Any]] = ()) -> None:
+        """Checks ``directory`` without creating it (the shards create it when they are
+        written): writable, and neither one of the run's ``inputs`` (model folder, correction,
+        adapter) nor inside or around one."""
+        import os
+
+        from lm_eval_robust.atomic import refuse_overwrite
+
         self.directory = Path(directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+        refuse_overwrite(self.directory, "collect_features=", inputs)
+        existing = self.directory
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            reason = "not a folder" if not existing.is_dir() else "not writable"
             raise FeatureError(
-                f"cannot write features to {directory} ({exc.strerror or exc}); pass a writable "
+                f"cannot write features to {directory} ({existing} is {reason}); pass a writable "
                 "folder as collect_features=DIR"
-            ) from None
+            )
         self._meta: dict[tuple[str, int], dict[str, Any]] = {}
         self._rows: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
         self._styles: dict[str, str] = {}

@@ -19,7 +19,6 @@ Nothing here imports torch: the writer's tensors arrive as they are.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +96,11 @@ def write_shard(
     gold: Any,
     header: dict[str, Any],
 ) -> None:
-    """Write one shard (torch tensors, contiguous) atomically: a temporary file, then a rename."""
-    from safetensors.torch import save_file
+    """Write one shard (torch tensors, contiguous) atomically (:func:`lm_eval_robust.atomic.
+    write_file`): a reader never sees half a shard."""
+    from safetensors.torch import save
+
+    from lm_eval_robust.atomic import write_file
 
     tensors = {
         "head_rows": head_rows,
@@ -108,10 +110,8 @@ def write_shard(
         "pert_id": pert_id,
         "gold": gold,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={META_KEY: json.dumps(header)})
-    os.replace(tmp, path)
+    data = save(tensors, metadata={META_KEY: json.dumps(header)})
+    write_file(data, path, "feature shard", FeatureFileError)
 
 
 def check_shard(path: Path, t: dict[str, np.ndarray]) -> None:

@@ -1,19 +1,24 @@
 """The identity of a model a correction, an adapter or a feature shard belongs to.
 
 :func:`model_fingerprint` reads it from a loaded HF causal LM (architecture, sizes, hashes of the
-output layer and the tokenizer); :func:`check_model_fingerprint` refuses a fingerprint of another
-model (or adapter) with a one-line :class:`~lm_eval_robust.errors.CorrectionError`.
+output layer and the tokenizer); :func:`checkpoint_fingerprint` reads the same from a checkpoint
+folder's files without loading the model (``debiased_vllm``, where vLLM holds the model out of our
+reach, and ``replay`` without features, with no model at all); :func:`check_model_fingerprint`
+refuses a fingerprint of another model (or adapter) with a one-line
+:class:`~lm_eval_robust.errors.CorrectionError`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from lm_eval_robust.errors import FIT_HINT, CorrectionError
 
-__all__ = ["check_model_fingerprint", "hash_tensor", "model_fingerprint"]
+__all__ = ["check_model_fingerprint", "checkpoint_fingerprint", "hash_tensor", "model_fingerprint"]
 
 #: fingerprint fields that identify a model (compared by :func:`check_model_fingerprint`)
 _COMPARED = (
@@ -140,3 +145,33 @@ def _adapter_desc(sha: Any) -> str:
     if sha is None:
         return "the base model (no LoRA adapter)"
     return f"the model with LoRA adapter {_short(sha) if len(str(sha)) == 16 else sha}"
+
+
+def checkpoint_fingerprint(folder: str, tokenizer: Any) -> dict[str, Any]:
+    """:func:`model_fingerprint` of a checkpoint folder, read from its
+    config and its output layer's tensor alone (tied heads read the input embeddings)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(folder)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    tied = bool(getattr(text, "tie_word_embeddings", getattr(cfg, "tie_word_embeddings", False)))
+    tensors: dict[str, Any] = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for key in st.keys():
+                if key.endswith(("lm_head.weight", "lm_head.bias", "embed_tokens.weight")):
+                    tensors[key] = st.get_tensor(key)
+    head = [k for k in tensors if k.endswith("lm_head.weight")]
+    emb = [k for k in tensors if k.endswith("embed_tokens.weight")]
+    weight_key = (emb if tied or not head else head) or head
+    if not weight_key:
+        raise CorrectionError(
+            f"{folder}: no lm_head.weight or embed_tokens.weight in its *.safetensors files, so "
+            "corrections cannot be checked against it; give the folder that holds the model's "
+            "weights"
+        )
+    bias = next((tensors[k] for k in tensors if k.endswith("lm_head.bias")), None)
+    head_module = SimpleNamespace(weight=tensors[weight_key[0]], bias=bias)
+    shim = SimpleNamespace(config=cfg, get_output_embeddings=lambda: head_module)
+    return model_fingerprint(shim, tokenizer)

@@ -62,6 +62,7 @@ METRICS: tuple[HarnessMetric, ...] = (
     HarnessMetric("fmt_spread", robustness.fmt_spread, False),
     HarnessMetric("p_cert_h", certify.p_cert_h, True),
     HarnessMetric("p_cert_c", certify.p_cert_c, True),
+    HarnessMetric("p_cert_exact", certify.p_cert_exact, True),
     HarnessMetric("pop_cert_h", certify.pop_cert_h, True),
     HarnessMetric("pop_cert_c", certify.pop_cert_c, True),
     *(

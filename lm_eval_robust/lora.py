@@ -175,9 +175,10 @@ def save_adapter(adapter: LoraAdapter, path: str | os.PathLike[str]) -> Path:
     }
     tensors = {"lora_A": adapter.A.contiguous(), "lora_B": adapter.B.contiguous()}
     data = st_save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True)})
-    from lm_eval_robust.correction import write_atomic
+    from lm_eval_robust.atomic import write_file
+    from lm_eval_robust.correction import CorrectionError
 
-    return write_atomic(data, Path(path), what="the adapter")
+    return write_file(data, Path(path), "the adapter", CorrectionError)
 
 
 def load_adapter(path: str | os.PathLike[str]) -> LoraAdapter:

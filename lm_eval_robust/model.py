@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from lm_eval_robust.cpu_dtype import cpu_dtype_default
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.feature_collector import FeatureCollector, FeatureError
+from lm_eval_robust.feature_collector import FeatureCollector
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens, last_positions_head
 from lm_eval_robust.label_scores import LABEL_SCORE_DTYPE, Float32LabelScorer
 from lm_eval_robust.offline_models import load_failure_message, resolve_pretrained
@@ -130,7 +130,12 @@ class DebiasedHFLM(HFLM):
             pretrained = resolve_pretrained(pretrained)
         paths = {"correction": correction, "layer_correction": layer_correction, "lora": lora}
         check_debiased_hf_args(pretrained, prefix_cache, paths, kwargs)
+        self._setting_paths = {k: v for k, v in paths.items() if v}
         check_data_dir_env()  # the tasks read it only after the model has loaded
+        self._collector: FeatureCollector | None = None  # checked before the model loads
+        if collect_features:
+            inputs = [("model folder", pretrained), *self._setting_paths.items()]
+            self._collector = FeatureCollector(collect_features, inputs)
         self._dtype_note = ""
         if isinstance(pretrained, str):
             chosen = cpu_dtype_default(pretrained, kwargs)
@@ -179,7 +184,6 @@ class DebiasedHFLM(HFLM):
             self._layer_corrections = load_layer_corrections(
                 layer_correction, self.fingerprint, self.model
             )
-        self._collector = FeatureCollector(collect_features) if collect_features else None
         self._label_scorer = Float32LabelScorer(self.model)
         self._prefix_cache: PrefixCache | None = None
         if self._use_prefix_cache(prefix_cache) and self.backend == "causal":
@@ -202,6 +206,15 @@ class DebiasedHFLM(HFLM):
             getattr(self.model, "dtype", None),
         )
         return True
+
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """``--use_cache``: entries keyed by every setting that changes a score, and refused
+        with ``collect_features=`` (:func:`lm_eval_robust.cache_keys.key_model_cache`)."""
+        if getattr(cache_hook, "dbdict", None) is not None:
+            from lm_eval_robust.cache_keys import key_model_cache
+
+            key_model_cache(self, cache_hook.dbdict, getattr(self, "_collector", None) is not None)
+        super().set_cache_hook(cache_hook)
 
     def get_model_info(self) -> dict[str, Any]:
         """The parent's model info plus the precision of the label scores (the report refuses to
@@ -298,6 +311,7 @@ class DebiasedHFLM(HFLM):
         rows: dict[tuple[str | None, str | None, tuple[int, ...]], _Row] = {}
         slow: list[int] = []
         ours: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(dict)
+        cut: dict[str, list[int]] = defaultdict(list)  # tokens of prompts past max_length
         for i, req in enumerate(requests):
             context, continuation = req.args
             if not context or self.backend != "causal":
@@ -309,6 +323,8 @@ class DebiasedHFLM(HFLM):
             style = self._prompt_style(req, context) if mine else "plain"
             if mine:
                 ours[(str(req.task_name), int(req.doc_id))][continuation] = cont_enc
+            if mine and len(ctx_enc) + len(cont_enc) - 1 > self.max_length:
+                cut[str(req.task_name)].append(len(ctx_enc) + len(cont_enc) - 1)
             if not 1 <= len(cont_enc) <= self.max_fast_tokens:
                 slow.append(i)
                 continue
@@ -325,6 +341,8 @@ class DebiasedHFLM(HFLM):
                     self._collector.note_doc(str(req.task_name), int(req.doc_id), req.doc, style)
                 if key is not None:
                     self._check_correction_style(key, style)
+        if cut:
+            raise TruncationError(_truncation_message(cut, len(requests), self.max_length))
         for (task, _doc), labels in sorted(ours.items()):
             check_label_tokens(task, labels)
         if slow:
@@ -339,12 +357,6 @@ class DebiasedHFLM(HFLM):
             for i, r in zip(slow, slow_res, strict=True):
                 results[i] = r
         if rows:
-            if self._collector is not None and getattr(self.cache_hook, "dbdict", None):
-                raise FeatureError(
-                    "collect_features= cannot be combined with --use_cache: requests answered "
-                    "from the cache skip the model, so their features would be missing; drop "
-                    "--use_cache or collect features in a run of its own"
-                )
             for i, r in self._last_positions_loglikelihood(list(rows.values()), disable_tqdm):
                 results[i] = r
                 # feed the harness's --use_cache database as results arrive, so a killed run
@@ -434,6 +446,7 @@ class DebiasedHFLM(HFLM):
         """Generation; with ``layer_correction=``, each task's requests run under its task's
         intermediate-layer correction (a hook on the fitted layer, removed after the group)."""
         self._refuse_lora("generation")
+        self._refuse_cut_contexts(requests)
         if not self._layer_corrections:
             return list(super().generate_until(requests, disable_tqdm=disable_tqdm))
         from lm_eval_robust.correction import CorrectionError, correction_key
@@ -457,6 +470,28 @@ class DebiasedHFLM(HFLM):
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
         return out
+
+    def _refuse_cut_contexts(self, requests: list[Any]) -> None:
+        """The harness keeps the last ``max_length - max_gen_toks`` tokens of a context: a
+        prompt of our tasks longer than that is refused, not answered from its cut tail."""
+        cut: dict[str, list[int]] = defaultdict(list)
+        window = 0
+        for req in requests:
+            doc = getattr(req, "doc", None)
+            if not isinstance(doc, dict) or "pert_id" not in doc:
+                continue
+            context, gen_kwargs = req.args
+            new = int((gen_kwargs or {}).get("max_gen_toks") or self.max_gen_toks)
+            window = self.max_length - new
+            n = len(self.tok_encode(context))
+            if n > window:
+                cut[str(req.task_name)].append(n)
+        if cut:
+            raise TruncationError(
+                _truncation_message(cut, len(requests), window).replace(
+                    "max_length=", "max_length - max_gen_toks="
+                )
+            )
 
     @contextmanager
     def using_layer_corrections(self, corrections: Mapping[str, Any]) -> Iterator[None]:
@@ -605,6 +640,22 @@ class DebiasedHFLM(HFLM):
 
 class PromptStyleError(UserError):
     """Prompts in another style than the task or correction asks for."""
+
+
+class TruncationError(UserError):
+    """Prompts of our tasks longer than the model's input window."""
+
+
+def _truncation_message(cut: Mapping[str, list[int]], n_requests: int, max_length: int) -> str:
+    """One line: per task, how many requests are cut by ``max_length`` and the longest."""
+    parts = [
+        f"{task}: {len(n)} of {n_requests}, longest {max(n)}" for task, n in sorted(cut.items())
+    ]
+    return (
+        f"requests longer than max_length={max_length} tokens would be scored cut short "
+        f"({'; '.join(parts)}); raise max_length in --model_args (or drop it for the model's "
+        "own limit), or shorten the prompts (max_doc_words, n_shots)"
+    )
 
 
 def _is_ours(req: Any) -> bool:

@@ -159,9 +159,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Pat
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    try:
+    from lm_eval_robust.atomic import atomic_dir
+
+    with atomic_dir(out_dir, "converted model") as tmp:
         kwargs = {"gguf_file": gguf_path.name}
         tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
@@ -174,12 +174,6 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Pat
             del model.config.quantization_config
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

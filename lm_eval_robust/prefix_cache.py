@@ -27,6 +27,9 @@ the suffixes, batched, on a copy of the prefix's cache expanded to the batch.
   input when it happens within the window) and is remembered, with the reason, in
   :class:`PrefixCacheStats`. Models without a usable cache (no returned cache, bidirectional
   attention, encoder-decoder) take the plain path throughout.
+
+One concept in one module of a little over 500 lines: the grouping, the cache store, the check
+against the plain forward and the batched suffix pass share the cache's state and its guards.
 """
 
 from __future__ import annotations

@@ -159,12 +159,19 @@ def replay(
         return _replay(base_run, features, correction, out, stage, model)
 
 
-def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
-    """Refuse an ``-o`` that would overwrite an input; the temporary folder to write into."""
-    from lm_eval_robust.atomic import refuse_overwrite
+#: what a replayed run folder holds (an existing one is replaced whole only when it holds nothing
+#: else)
+RUN_FILES = ("results_*.json", "samples_*.jsonl", "samples_*.jsonl.gz")
 
-    names = ("base run", "features", "correction")
+
+def _stage(stage: Any, target: Path, *inputs: Any) -> Path:
+    """Refuse an ``-o`` that would overwrite, hold or sit inside an input; the temporary folder
+    that replaces ``target`` whole."""
+    from lm_eval_robust.atomic import check_replaceable, refuse_overwrite
+
+    names = ("base run", "features", "correction", "model folder")
     refuse_overwrite(target, "-o", zip(names, inputs, strict=True))
+    check_replaceable(target, "-o", "replay", RUN_FILES)
     return Path(stage.open(target, "replayed run"))
 
 
@@ -177,13 +184,13 @@ def _replay(
     model: str | None = None,
 ) -> Path:
     from lm_eval_robust.correction import correction_key, fit_summary, load_corrections
-    from lm_eval_robust.report.pairing import _find_results, _model_args
+    from lm_eval_robust.report.pairing import _find_results, _model_args, read_results
 
     try:
         results_file = _find_results(Path(base_run))
+        results = read_results(results_file)
     except UserError as exc:
         raise ReplayError(str(exc)) from None
-    results = json.loads(results_file.read_text(encoding="utf-8"))
     stamp = results_file.stem[len("results_") :]
     tasks = sorted((results.get("results") or {}).keys())
     applied = (results.get("lm_eval_robust_replay") or {}).get("correction") or _model_args(
@@ -229,7 +236,7 @@ def _replay(
     corrections = (
         load_corrections(str(correction), fingerprint_of, folders.head_rows) if correction else {}
     )
-    target = _target(stage, out, results_file, features, correction)
+    target = _target(stage, out, results_file, features, correction, model)
     new_results = json.loads(json.dumps(results))
     replayed: list[str] = []
     radii_test: dict[str, dict[str, Any]] = {}
@@ -256,7 +263,7 @@ def _replay(
         src = _samples_file(results_file.parent, task, stamp)
         fix = functools.partial(_feature_fix, table, rescore)
         items = _rewrite_samples(src, target / src.name.removesuffix(".gz"), fix)
-        _aggregate(new_results["results"][task], items)
+        _aggregate(new_results["results"][task], items, _bootstrap_iters(results))
         replayed.append(task)
     if not replayed:
         if not correction:
@@ -321,7 +328,12 @@ def _posthoc_fix(
 
 
 def _target(
-    stage: Any, out: str | Path, results_file: Path, features: Any, correction: Any
+    stage: Any,
+    out: str | Path,
+    results_file: Path,
+    features: Any,
+    correction: Any,
+    model: Any = None,
 ) -> Path:
     """The temporary folder of ``out/<model>``, refused where ``-o`` holds another run."""
     target = Path(out) / results_file.parent.name
@@ -331,53 +343,80 @@ def _target(
             f"-o {out} already holds another run ({others[0]}) in {target.name}/; the report "
             "would read one of the two: choose an empty -o"
         )
-    return _stage(stage, target, results_file.parent, features, correction)
+    return _stage(stage, target, results_file.parent, features, correction, model)
 
 
 def _rewrite_samples(src: Path, dst: Path, fix: Any) -> list[dict[str, Any]]:
     """Write ``src``'s samples to ``dst`` (gzip) with ``fix(sample, ll, where)``'s label
     log-likelihoods and the per-doc values recomputed; returns the values the metrics read."""
-    from lm_eval_robust.correction import write_atomic
+    from lm_eval_robust.atomic import write_file
+    from lm_eval_robust.report.pairing import read_sample_lines
     from lm_eval_robust.tasks.ni import process_results
 
-    opener = gzip.open if src.suffix == ".gz" else open
     items: list[dict[str, Any]] = []
     lines: list[str] = []
-    with opener(src, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            sample = json.loads(line)
+    for n, sample in read_sample_lines(src, ReplayError):
+        try:
             ll = np.array([float(r[0][0]) for r in sample["resps"]])
-            if not np.isfinite(ll).all():
-                raise ReplayError(
-                    f"{src.name}:{n}: non-finite label log-likelihood {ll.tolist()}; the run "
-                    "is corrupt: run it again"
-                )
-            # float32, as debiased_hf scores labels: ties compare at one precision
-            fixed = fix(sample, ll, f"{src.name}:{n}").astype(np.float32).astype(float)
-            # logged as the harness logs them: strings; the greedy flag is kept as logged
-            resps = [
-                [[repr(float(v)), str(r[0][1])]]
-                for v, r in zip(fixed, sample["resps"], strict=True)
-            ]
-            sample["resps"] = resps
-            sample["filtered_resps"] = [r[0] for r in resps]
-            values = process_results(sample["doc"], [(float(v), False) for v in fixed])
-            sample.update(values)
-            items.append(next(iter(values.values())))
-            lines.append(json.dumps(sample, ensure_ascii=False))
+            sample["doc"]["pert_id"]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ReplayError(
+                f"{src.name}:{n}: no logged label log-likelihoods ('resps') or doc ids; "
+                "replay needs the samples of an lm_eval --log_samples run of our tasks"
+            ) from None
+        if not np.isfinite(ll).all():
+            raise ReplayError(
+                f"{src.name}:{n}: non-finite label log-likelihood {ll.tolist()}; the run "
+                "is corrupt: run it again"
+            )
+        # float32, as debiased_hf scores labels: ties compare at one precision
+        fixed = fix(sample, ll, f"{src.name}:{n}").astype(np.float32).astype(float)
+        # logged as the harness logs them: strings; the greedy flag is kept as logged
+        resps = [
+            [[repr(float(v)), str(r[0][1])]] for v, r in zip(fixed, sample["resps"], strict=True)
+        ]
+        sample["resps"] = resps
+        sample["filtered_resps"] = [r[0] for r in resps]
+        values = process_results(sample["doc"], [(float(v), False) for v in fixed])
+        sample.update(values)
+        items.append(next(iter(values.values())))
+        lines.append(json.dumps(sample, ensure_ascii=False))
     # compressed, as the report reads them: a replayed run costs a tenth of the disk
     data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
-    write_atomic(data, dst.with_name(dst.name + ".gz"), what="replayed samples")
+    write_file(data, dst.with_name(dst.name + ".gz"), "replayed samples", ReplayError)
     return items
 
 
-def _aggregate(task_results: dict[str, Any], items: list[dict[str, Any]]) -> None:
-    """Recompute the task's metrics from the replayed per-doc values, in place."""
+def _aggregate(
+    task_results: dict[str, Any], items: list[dict[str, Any]], bootstrap_iters: int
+) -> None:
+    """Recompute the task's metrics and their standard errors from the replayed per-doc values,
+    in place: nothing of the base run's numbers is kept (a stderr without a bootstrap of its own
+    becomes ``"N/A"``, as lm-eval writes it)."""
+    from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS
+    from lm_eval_robust.metrics.stderr import stderr_for
+
     task_results.setdefault("tie_share,none", math.nan)  # runs made before ties were shown
     for metric, fn in _aggregators(task_results).items():
         task_results[metric] = float(fn(items))
+    for key in list(task_results):
+        name = key.partition(",")[0]
+        if not name.endswith("_stderr"):
+            continue
+        stat = name.removesuffix("_stderr")
+        if stat in BOOTSTRAP_STATS and bootstrap_iters > 0:
+            task_results[key] = stderr_for(stat, bootstrap_iters)(items)
+        else:
+            task_results[key] = "N/A"
+
+
+def _bootstrap_iters(results: Mapping[str, Any]) -> int:
+    """The base run's ``bootstrap_iters`` (lm-eval's default 100000 where it is not recorded)."""
+    value = (results.get("config") or {}).get("bootstrap_iters", 100_000)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 100_000
 
 
 def _record_correction(cfg: dict[str, Any], correction: str | Path) -> None:
@@ -394,12 +433,12 @@ def _record_correction(cfg: dict[str, Any], correction: str | Path) -> None:
 def _write_results(
     new_results: dict[str, Any], replayed: list[str], out_file: Path, stage: Any
 ) -> Path:
-    from lm_eval_robust.correction import write_atomic
+    from lm_eval_robust.atomic import write_file
 
     new_results["results"] = {t: new_results["results"][t] for t in replayed}
     new_results["configs"] = {t: (new_results.get("configs") or {}).get(t, {}) for t in replayed}
     text = json.dumps(new_results, indent=2, ensure_ascii=False, default=str)
-    write_atomic(text.encode("utf-8"), out_file, what="replayed results")
+    write_file(text.encode("utf-8"), out_file, "replayed results", ReplayError)
     return Path(stage.commit(out_file))
 
 
@@ -416,7 +455,7 @@ def _replay_posthoc(
 
     stamp = results_file.stem[len("results_") :]
     tasks = sorted((results.get("results") or {}).keys())
-    target = _target(stage, out, results_file, None, correction)
+    target = _target(stage, out, results_file, None, correction, post.folder)
     new_results = json.loads(json.dumps(results))
     replayed: list[str] = []
     for task in tasks:
@@ -426,7 +465,7 @@ def _replay_posthoc(
         src = _samples_file(results_file.parent, task, stamp)
         fix = functools.partial(_posthoc_fix, post, key)
         items = _rewrite_samples(src, target / src.name.removesuffix(".gz"), fix)
-        _aggregate(new_results["results"][task], items)
+        _aggregate(new_results["results"][task], items, _bootstrap_iters(results))
         replayed.append(task)
     if not replayed:
         raise ReplayError(

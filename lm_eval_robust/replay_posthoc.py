@@ -79,8 +79,8 @@ class PostHoc:
     ) -> None:
         from transformers import AutoTokenizer
 
-        from lm_eval_robust.checkpoint import checkpoint_fingerprint
         from lm_eval_robust.correction import load_corrections
+        from lm_eval_robust.fingerprint import checkpoint_fingerprint
 
         if model_args.get("lora"):
             raise ReplayError(
@@ -88,6 +88,7 @@ class PostHoc:
                 "from its files; replay with --features (the run's collect_features folder)"
             )
         folder = model_folder(model_args, model)
+        self.folder = folder  # an input: an output may not be, hold or sit inside it
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         fingerprint = checkpoint_fingerprint(folder, self.tokenizer)
         self.corrections = load_corrections(str(correction), fingerprint)

@@ -37,8 +37,8 @@ import numpy as np
 from lm_eval.api.registry import register_model
 from lm_eval.models.vllm_causallms import VLLM
 
-from lm_eval_robust.checkpoint import checkpoint_fingerprint
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.fingerprint import checkpoint_fingerprint
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.offline_models import cache_dir, resolve_pretrained
 from lm_eval_robust.tasks.data import check_data_dir_env
@@ -106,8 +106,26 @@ class DebiasedVLLM(VLLM):
                 kwargs["dtype"] = chosen
         kwargs.setdefault("enable_prefix_caching", True)
         kwargs.setdefault("tokenizer", path)
+        from lm_eval_robust.cache_keys import files_digest
+
+        # what changes a score, for --use_cache (lm_eval_robust.cache_keys)
+        self._cache_settings = {
+            "engine": "debiased_vllm",
+            "pretrained": path,
+            "correction": files_digest(correction),
+            **{k: str(v) for k, v in sorted(kwargs.items())},
+        }
         super().__init__(pretrained=served, **kwargs)
         self._served = served
+
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """``--use_cache``: entries keyed by the model, its correction's bytes and the engine
+        args, so a cached score of another setting never passes for this one's."""
+        if getattr(cache_hook, "dbdict", None) is not None:
+            from lm_eval_robust.cache_keys import key_cache
+
+            key_cache(cache_hook.dbdict, self._cache_settings)
+        super().set_cache_hook(cache_hook)
 
     # ------------------------------------------------------------------ corrections
     def _load_corrections(self, path: str, correction: str) -> str:

@@ -678,14 +678,14 @@ def _cut_run(w: Path) -> None:
     shutil.move(str(root), str(w / "cut"))
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(
+def check_case(
     case: Case,
     w: Path,
     tiny_fp: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> str:
+    """Run one row: its one-line message, and every file under ``w`` as it was."""
     case.setup(w, tiny_fp, monkeypatch)
     before = snapshot(w)
     if case.argv is not None:
@@ -706,6 +706,18 @@ def test_bad_input(
     for pat in case.patterns:
         assert re.search(pat, msg), f"{pat!r} not in {msg!r}"
     assert snapshot(w) == before  # nothing written, changed or left behind
+    return msg
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(
+    case: Case,
+    w: Path,
+    tiny_fp: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    check_case(case, w, tiny_fp, monkeypatch, capsys)
 
 
 def test_the_table_is_large_enough() -> None:

@@ -10,10 +10,11 @@ import pytest
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.clean_cal import clean_offset
 from lm_eval_robust.metrics.classification import balanced_accuracy
+from lm_eval_robust.metrics.ties import pred_shares
 
 
 def _bac(logits: np.ndarray, gold: np.ndarray, beta: np.ndarray) -> float:
-    return balanced_accuracy(gold, np.argmax(logits - beta, axis=1))
+    return balanced_accuracy(gold, pred_shares(logits - beta))
 
 
 def test_binary_offset_is_the_best_threshold() -> None:

@@ -54,7 +54,7 @@ def test_every_yaml_metric_is_registered_with_its_aggregation() -> None:
     for path in sorted((REPO / "task_yamls").iterdir()):
         for name, agg, hib in pattern.findall(path.read_text(encoding="utf-8")):
             yaml_metrics[name] = (agg, hib == "true")
-    assert len(yaml_metrics) == len(harness_metrics.METRICS) == 35
+    assert len(yaml_metrics) == len(harness_metrics.METRICS) == 36
 
     metrics = ENTRY_POINTS["lm_eval.metrics"]
     aggregations = ENTRY_POINTS["lm_eval.aggregations"]

@@ -22,12 +22,7 @@ from lm_eval_robust.fit.ridge import (
     psi_features,
     solve,
 )
-from lm_eval_robust.fit.ridge_cv import (
-    ALPHA_GRID,
-    balanced_accuracy,
-    select_alpha,
-    select_lambda,
-)
+from lm_eval_robust.fit.ridge_cv import ALPHA_GRID, select_alpha, select_lambda
 
 
 def _problem(seed: int = 0, rows: int = 60, n: int = 6, d: int = 3, clean: int = 15):
@@ -318,12 +313,6 @@ def test_select_lambda_grid_scaled_by_mean_diag():
     np.testing.assert_allclose(sel.values, np.array(rel) * acc.mean_diag, rtol=1e-10)
     assert sel.value in sel.values
     assert [r["lam_rel"] for r in sel.table] == list(rel)
-
-
-def test_balanced_accuracy():
-    assert balanced_accuracy([0, 0, 0, 1], [0, 0, 0, 0]) == pytest.approx(0.5)
-    assert balanced_accuracy([0, 1, 1, 2], [0, 1, 0, 1]) == pytest.approx((1 + 0.5 + 0) / 3)
-    assert np.isnan(balanced_accuracy([], []))
 
 
 def test_select_rejects_mismatched_rows():

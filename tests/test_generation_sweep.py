@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_robust.generation.sweep import SweepError, main, paired_rows, read_samples
+from lm_eval_robust.generation.sweep import SweepError, main, paired_rows, read_samples, render
 
 TASK = "triviaqa_text_pert"
 PERT_CHANGES: dict[Path, int] = {}  # perturbed generations the synthetic L7 run changes
@@ -157,3 +157,17 @@ def test_variant_labels_are_their_own_rows_in_layer_order(tmp_path: Path) -> Non
     _write_run(folder / "runs" / "notalabel", clean, pert)
     labels = [r.label for r in paired_rows(folder, n_resamples=200)]
     assert labels == ["base", "L7", "L14", "L14-k4"]
+
+
+def test_exact_p_beside_the_interval(tmp_path: Path) -> None:
+    """One perturbation per example, 6 answers broken and 1 fixed out of 30: the BCa interval
+    may exclude 0 but the exact McNemar p is 2 P(Bin(7, 1/2) <= 1) = 0.125."""
+    clean = [1.0] * 6 + [0.0] + [1.0] * 23
+    pert = [[0.0]] * 6 + [[1.0]] + [[1.0]] * 23
+    _write_run(tmp_path / "runs" / "base", clean, pert)
+    _write_run(tmp_path / "runs" / "L0", clean, pert)
+    base, layer = paired_rows(tmp_path, n_resamples=500)
+    assert base.drop.p == pytest.approx(0.125)
+    assert layer.gain is not None and layer.gain.p == 1.0  # nothing changed
+    md = render([base, layer])
+    assert "0.125 / – / –" in md

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -138,26 +137,23 @@ def test_fast_path_feeds_the_harness_cache(tiny_model_dir: Path, data_dir: Path)
 
 
 def test_features_with_use_cache_refused(tiny_model_dir: Path, data_dir: Path, tmp_path) -> None:
-    from lm_eval_robust.feature_collector import FeatureError
+    """Refused when the harness hands over the cache, whatever it holds (here: nothing)."""
+    from lm_eval.api.model import CachingLM
+
+    from lm_eval_robust.cache_keys import CacheKeyError
     from lm_eval_robust.model import DebiasedHFLM
 
-    reqs = _requests(["ni322_format_pert"], limit=2)
     lm = DebiasedHFLM(
         pretrained=str(tiny_model_dir),
         dtype="float32",
         device="cpu",
         collect_features=str(tmp_path / "f"),
     )
-
-    class Hook:
-        dbdict: ClassVar[dict[str, int]] = {"x": 1}
-
-        def add_partial(self, attr, req, res):
-            pass
-
-    lm.cache_hook = Hook()  # type: ignore[assignment]
-    with pytest.raises(FeatureError, match="use_cache"):
-        lm.loglikelihood(reqs, disable_tqdm=True)
+    with pytest.raises(
+        CacheKeyError, match="collect_features= cannot be combined with --use_cache"
+    ):
+        CachingLM(lm, str(tmp_path / "empty.db"))
+    assert not list((tmp_path / "f").rglob("*.safetensors"))
 
 
 def test_ties_get_one_over_k() -> None:

@@ -105,6 +105,20 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
     real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
     for key in (*ROBUSTNESS, "bac_clean,none", "bac_pert,none", "auc_pert,none"):
         assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
+    # every standard error is the replayed run's own (as the real corrected run computes it),
+    # none copied from the base run; one without a bootstrap of its own is "N/A"
+    base_res = json.loads(next(base.glob("*/results_*.json")).read_text())["results"][TASK]
+    stderrs = [k for k in results["results"][TASK] if k.partition(",")[0].endswith("_stderr")]
+    assert stderrs and set(stderrs) == {k for k in real_res if "_stderr," in k}
+    moved = 0
+    for key in stderrs:
+        got_se, want_se = results["results"][TASK][key], real_res[key]
+        if want_se == "N/A":
+            assert got_se == "N/A", key
+            continue
+        assert got_se == pytest.approx(want_se, abs=1e-6, nan_ok=True), key
+        moved += got_se != base_res[key]
+    assert moved > 0  # the correction moved some of them: a copy would have kept the base's
     # the fit's radius change reaches the report: recorded by replay, read from the correction
     # file named in model_args for the real run, absent for the base run
     p_eps_v = corr.stats["radii"]["p_eps_V"]

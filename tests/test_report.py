@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,11 @@ from lm_eval_robust.metrics import classification
 from lm_eval_robust.metrics.certificates import CertConfig
 from lm_eval_robust.report import pairing
 from lm_eval_robust.report.estimates import ReportSettings, build_report
-from lm_eval_robust.report.tables import to_csv, to_markdown
+from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
 
 STAMP = "2025-01-01T00-00-00.000001"
 # the conservative estimator, whose n/a cases at few variants the tests below rely on
-FAST = ReportSettings(n_resamples=400, cert=CertConfig.named("distribution_free"))
+FAST = ReportSettings(n_resamples=400, cert=CertConfig.named("distribution_free"), n_splits=5)
 
 
 def _ll(gold: int, margin: float) -> list[float]:
@@ -254,6 +255,7 @@ def test_cli_writes_tables_and_plots(tmp_path: Path, capsys: pytest.CaptureFixtu
     base, deb = _runs(tmp_path)
     out = tmp_path / "report"
     args = [str(base), str(deb), "--labels", "base,debiased", "-o", str(out), "--resamples", "300"]
+    args += ["--splits", "5"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "| debiased vs base | ni065_format_pert |" in printed
@@ -326,3 +328,24 @@ def test_six_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert {(p["other"], p["base"]) for p in doc["pairs"]} == {(x, "base") for x in labels[1:]}
     assert len(doc["across_pairs"]) == 5  # one across-task column per method
     assert _is_png(out / "deltas.png")
+
+
+def test_certificates_over_splits_in_the_report(tmp_path: Path) -> None:
+    """The per-task table shows the finite-sample certificate (n/a below K = 57, with that K),
+    the plug-in columns are labelled as such, and the section over splits names each rule's K."""
+    base, _ = _runs(tmp_path)
+    settings = ReportSettings(n_resamples=200, n_splits=3)
+    report = build_report(pairing.label_runs([base], None), settings)
+    md = to_markdown(report)
+    assert "certified (exact)" in md and "plug-in p_C" in md and "n/a (K ≥ 57)" in md
+    assert "## Certificates over splits" in md and "plug-in p_C, K = 40" in md
+    by_task = {t.task: t for t in report.tasks}
+    exact = by_task["ni220_format_pert"].cert_splits["exact"]
+    assert not exact.available and "K >= 57" in exact.reason
+    plug = by_task["ni220_format_pert"].cert_splits["plugin_c"]
+    assert plug.available and plug.n_splits == 3
+    doc = json.loads(to_json(report))
+    assert doc["tasks"][0]["cert_splits"]["exact"]["available"] is False
+    assert "cert_plugin_c" in to_csv(report).splitlines()[0]
+    none = build_report(pairing.label_runs([base], None), replace(settings, n_splits=0))
+    assert all(not t.cert_splits for t in none.tasks)

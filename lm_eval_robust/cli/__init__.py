@@ -84,3 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outputs are written whole or not at all: nothing partial is left
+        print(
+            f"{PROG}: interrupted (Ctrl-C); outputs appear whole or not at all: rerun to finish",
+            file=sys.stderr,
+        )
+        return 130

@@ -15,12 +15,31 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lm_eval_robust.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.validate import (
+    CONFIDENCE_MAX,
+    CONFIDENCE_MIN,
+    RESAMPLES_MAX,
+    RESAMPLES_MIN,
+    SEED_MAX,
+    check_confidence,
+    check_resamples,
+    check_seed,
+)
 
 __all__ = [
+    "CONFIDENCE_MAX",
+    "CONFIDENCE_MIN",
     "PROG",
+    "RESAMPLES_MAX",
+    "RESAMPLES_MIN",
+    "SEED_MAX",
     "CommandParser",
     "HelpFormatter",
     "add_model_flags",
+    "check_bootstrap_flags",
+    "check_confidence",
+    "check_resamples",
+    "check_seed",
     "known_tasks",
     "model_kwargs",
     "normalise_flags",
@@ -211,9 +230,8 @@ def known_tasks() -> set[str]:
     return names
 
 
-def check_bootstrap_flags(resamples: int, confidence: float) -> None:
-    """``--resamples`` (at least 100) and ``--confidence`` (in [0.5, 1)) of a report command."""
-    if resamples < 100:
-        raise UserError(f"--resamples must be at least 100; got {resamples}")
-    if not 0.5 <= confidence < 1.0:
-        raise UserError(f"--confidence must be in [0.5, 1); got {confidence}")
+def check_bootstrap_flags(resamples: int, confidence: float, seed: int = 0) -> None:
+    """``--resamples``, ``--confidence`` and ``--seed`` of a command that bootstraps."""
+    check_resamples(resamples)
+    check_confidence(confidence)
+    check_seed(seed)

@@ -15,6 +15,12 @@ from lm_eval_robust.cli.args import (
     parse_metadata,
     perturbed_task,
 )
+from lm_eval_robust.defaults import (
+    DEFAULT_CLEAN_MARGIN,
+    DEFAULT_FOLDS,
+    DEFAULT_GEN_FOLDS,
+    DEFAULT_RADII_PHI,
+)
 from lm_eval_robust.errors import UserError
 
 __all__ = ["build_parser", "collect", "main"]
@@ -65,7 +71,10 @@ def build_parser() -> CommandParser:
         "be chosen (default 0.01)",
     )
     p.add_argument(
-        "--auto_folds", type=int, default=5, help="--method auto: grouped CV folds (default 5)"
+        "--auto_folds",
+        type=int,
+        default=DEFAULT_FOLDS,
+        help=f"--method auto: grouped CV folds (default {DEFAULT_FOLDS})",
     )
     p.add_argument(
         "--seed",
@@ -82,7 +91,9 @@ def build_parser() -> CommandParser:
         default="midpoint",
         help="ridge β: midpoint of the residual range (paper) or the residual mean",
     )
-    p.add_argument("--phi", type=float, default=0.05, help="failure ratio φ of the radii")
+    p.add_argument(
+        "--phi", type=float, default=DEFAULT_RADII_PHI, help="failure ratio φ of the radii"
+    )
     p.add_argument("--plot", default=None, help="constant method: write the search plot here")
     p.add_argument("-o", "--out", required=True, help="correction file (.safetensors)")
     p.add_argument(
@@ -120,7 +131,7 @@ def build_parser() -> CommandParser:
         "--gen_folds",
         type=int,
         default=None,
-        help="--select generation: grouped folds of train examples (default 3)",
+        help=f"--select generation: grouped folds of train examples (default {DEFAULT_GEN_FOLDS})",
     )
     p.add_argument(
         "--gen_kwargs",
@@ -149,7 +160,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     """``fit --tasks``: one correction per task into the folder ``-o``."""
     from pathlib import Path
 
-    from lm_eval_robust.select import read_task_list
+    from lm_eval_robust.targets import read_task_list
 
     if args.layer is not None:
         raise UserError("--layer fits one generation task at a time; use --task")
@@ -190,6 +201,16 @@ def _fit_one(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.parent.exists() and not out.parent.is_dir():
         raise UserError(f"cannot write the correction to {out}: {out.parent} is a file; choose -o")
+    _refuse_fit_inputs(out, args.features, args.pretrained)
+    if args.plot:
+        if args.method != "constant":
+            raise UserError(
+                f"--plot draws the search of --method constant, not {args.method}; drop it"
+            )
+        from lm_eval_robust.atomic import refuse_overwrite
+
+        refuse_overwrite(args.plot, "--plot", [("correction -o", out)])
+        _refuse_fit_inputs(args.plot, args.features, args.pretrained, flag="--plot")
     if args.method == "contextual_calibration":  # needs the model, not collected features
         return _fit_contextual(key, args, out)
     if args.clean_margin is not None and args.method != "auto":
@@ -208,11 +229,15 @@ def _fit_one(args: argparse.Namespace) -> int:
         feat_dir = Path(args.features)
     else:
         root = Path(args.features_dir) if args.features_dir else out.with_suffix(".features")
+        from lm_eval_robust.atomic import refuse_overwrite
+
+        refuse_overwrite(root, "--features_dir", [("model folder", args.pretrained)])
+        refuse_overwrite(out, "-o", [("features folder", root)])
         collect(
             key + "_train", args.pretrained, args.model_args, args.metadata, root, args.batch_size
         )
         feat_dir = root / (key + "_train")
-    _refuse_fit_inputs(out, feat_dir)
+    _refuse_fit_inputs(out, feat_dir, args.pretrained)
     feats = load_features(feat_dir)
     _check_train_split(feats.task, feat_dir, args.any_split)
     if correction_key(feats.task) != key:
@@ -251,7 +276,7 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
     import json
 
     from lm_eval_robust.correction import fit_summary, save
-    from lm_eval_robust.fit.auto import DEFAULT_CLEAN_MARGIN, AutoSettings, auto_fit
+    from lm_eval_robust.fit.auto import AutoSettings, auto_fit
 
     margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else args.clean_margin
     auto = AutoSettings(n_folds=args.auto_folds, seed=args.seed, clean_margin=margin, fit=settings)
@@ -264,6 +289,11 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
         summary["note"] = (
             "no correction kind beat none on the held-out train folds: the file is an identity "
             "correction (applying it changes nothing)"
+        )
+    if str(args.lam) != "auto" and not str(info["chosen"]).startswith("ridge"):
+        summary["lam_note"] = (
+            f"--lam {args.lam} was used by the ridge candidates only; the chosen kind "
+            f"{info['chosen']} has no λ"
         )
     summary |= fitted
     # mean held-out [clean BAC, perturbed BAC] per kind (null: not cross-validated)
@@ -297,14 +327,20 @@ def _refuse_layer_flags(args: argparse.Namespace) -> None:
         )
 
 
-def _refuse_fit_inputs(out: Any, feat_dir: Any) -> None:
-    """``-o`` must not be the features folder, hold it, or be one of its shards."""
+def _refuse_fit_inputs(out: Any, feat_dir: Any, pretrained: Any = None, flag: str = "-o") -> None:
+    """``-o`` must not be, hold or sit inside the features folder (or be one of its shards),
+    nor the model folder."""
     from pathlib import Path
 
     from lm_eval_robust.atomic import refuse_overwrite
 
-    shards = sorted(Path(feat_dir).glob("rank*.safetensors")) if Path(feat_dir).is_dir() else []
-    refuse_overwrite(out, "-o", [("features", feat_dir), *(("feature shard", s) for s in shards)])
+    if feat_dir and Path(feat_dir).is_dir():
+        shards = sorted(Path(feat_dir).glob("rank*.safetensors"))
+    else:
+        shards = []
+    inputs = [("features", feat_dir), *(("feature shard", s) for s in shards)]
+    inputs.append(("model folder", pretrained))
+    refuse_overwrite(out, flag, inputs)
 
 
 def _check_train_split(task: str, feat_dir: Any, any_split: bool) -> None:

@@ -9,7 +9,7 @@ so ``layer_correction=DIR/L<layer>`` applies one layer to every task fitted ther
 
 ``--select generation`` chooses ``k`` and λ per layer by the task's metric on held-out train
 prompts generated through ``debiased_hf`` with each candidate correction
-(:func:`~lm_eval_robust.generation.select.select_by_generation` with
+(:func:`~lm_eval_robust.generation.tune.tune_by_generation` with
 :class:`~lm_eval_robust.generation.gen_score.GenerationScorer`); the file's statistics hold the
 choice and its cross-validation table.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
 from lm_eval_robust.errors import UserError
 
 SUFFIX = "_text_pert"
@@ -50,7 +51,6 @@ def _out_path(out: Path, key: str, layer: int, several: bool) -> Path:
 
 DEFAULT_K_GRID = (1, 2)
 DEFAULT_LAM_GRID = (1e-4, 1e-2, 1.0)
-DEFAULT_GEN_FOLDS = 3
 
 
 @dataclass(frozen=True)
@@ -70,20 +70,51 @@ class LayerFitArgs:
     seed: int
 
 
+#: the most values a --k_grid / --lam_grid may hold (each costs a pass of generations per fold)
+GRID_MAX = 16
+#: the largest k (principal components) a layer fit may ask for
+K_MAX = 1024
+#: the most new tokens a selection generation may ask for
+MAX_GEN_TOKS = 4096
+#: generation settings lm-eval's HF model takes in ``gen_kwargs`` (the rest go to ``generate``,
+#: which would fail on them only after the model has loaded)
+GEN_KWARGS = (
+    "max_gen_toks",
+    "until",
+    "do_sample",
+    "temperature",
+    "top_p",
+    "top_k",
+    "num_beams",
+    "repetition_penalty",
+    "min_new_tokens",
+)
+
+
 def _grid(flag: str, text: str | None, default: tuple[Any, ...], kind: type) -> tuple[Any, ...]:
+    import math
+
     if text is None:
         return default
     try:
         values = tuple(kind(v) for v in text.split(",") if v.strip())
     except ValueError:
         values = ()
-    ok = bool(values) and all(v > 0 for v in values) and all(v == v for v in values)
+    ok = bool(values) and all(v > 0 and math.isfinite(v) for v in values)
     if not ok:
         example = "1,2,4" if kind is int else "1e-4,1e-2,1"
         raise UserError(
             f"{flag} must be a comma list of positive numbers, got {text!r}; e.g. {flag} {example}"
         )
-    return tuple(dict.fromkeys(values))
+    values = tuple(dict.fromkeys(values))
+    if len(values) > GRID_MAX:
+        raise UserError(
+            f"{flag} holds {len(values)} values; at most {GRID_MAX} (each costs a pass of "
+            "generations per fold)"
+        )
+    if kind is int and max(values) > K_MAX:
+        raise UserError(f"{flag} values must be between 1 and {K_MAX}; got {max(values)}")
+    return values
 
 
 def _gen_kwargs(text: str | None) -> dict[str, Any]:
@@ -91,26 +122,52 @@ def _gen_kwargs(text: str | None) -> dict[str, Any]:
         return {}
     from lm_eval.utils import simple_parse_args_string
 
-    try:
-        kwargs = dict(simple_parse_args_string(text))
-    except (ValueError, IndexError):
-        kwargs = {}
+    from lm_eval_robust.validate import nearest
+
+    if any("=" not in part for part in text.split(",") if part.strip()):
+        kwargs: dict[str, Any] = {}
+    else:
+        try:
+            kwargs = dict(simple_parse_args_string(text))
+        except (ValueError, IndexError):
+            kwargs = {}
     if not kwargs:
         raise UserError(
             f"--gen_kwargs must be k=v pairs as for lm_eval, got {text!r}; e.g. "
             "--gen_kwargs max_gen_toks=16"
         )
+    for key in kwargs:
+        if key not in GEN_KWARGS:
+            near = nearest(key, GEN_KWARGS)
+            hint = f"did you mean {near!r}?" if near else f"valid: {', '.join(GEN_KWARGS)}"
+            raise UserError(f"--gen_kwargs: unknown setting {key!r}; {hint}")
     if kwargs.get("do_sample") not in (None, False):
         raise UserError(
             "--gen_kwargs do_sample=True: the selection scores greedy generations "
             "(as the evaluation does); drop do_sample"
         )
+    toks = kwargs.get("max_gen_toks")
+    if toks is not None and (
+        isinstance(toks, bool) or not isinstance(toks, int) or not 1 <= toks <= MAX_GEN_TOKS
+    ):
+        raise UserError(
+            f"--gen_kwargs max_gen_toks must be an integer between 1 and {MAX_GEN_TOKS}; got "
+            f"{toks!r}"
+        )
+    for key in ("temperature", "top_p", "repetition_penalty"):
+        v = kwargs.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
+            raise UserError(f"--gen_kwargs {key} must be a number >= 0; got {v!r}")
+    for key in ("top_k", "num_beams", "min_new_tokens"):
+        v = kwargs.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise UserError(f"--gen_kwargs {key} must be an integer >= 0; got {v!r}")
     return kwargs
 
 
 def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
     """The layer-fit flags as :class:`LayerFitArgs`; one line for any bad or clashing one."""
-    from lm_eval_robust.cli.args import number_or_auto
+    from lm_eval_robust.cli.args import check_seed, number_or_auto
     from lm_eval_robust.generation.layers import POSITIONS
 
     if args.method != "ridge":
@@ -118,8 +175,8 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
     if args.positions not in POSITIONS:
         raise UserError(f"--positions must be one of {', '.join(POSITIONS)}")
     k = 1 if args.k is None else int(args.k)
-    if k < 1:
-        raise UserError(f"--k must be >= 1, got {args.k}")
+    if not 1 <= k <= K_MAX:
+        raise UserError(f"--k must be between 1 and {K_MAX}, got {args.k}")
     lam = number_or_auto("--lam", args.lam, minimum=0.0)
     alpha = number_or_auto("--alpha", args.alpha, minimum=0.0)
     if alpha is None:
@@ -147,12 +204,13 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
             raise UserError(
                 f"{', '.join(named)} are settings of --select generation; add it or drop them"
             )
-    margin = 0.01 if args.clean_margin is None else float(args.clean_margin)
+    margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else float(args.clean_margin)
     folds = DEFAULT_GEN_FOLDS if args.gen_folds is None else int(args.gen_folds)
-    if folds < 2:
-        raise UserError(f"--gen_folds must be at least 2, got {folds}; e.g. --gen_folds 3")
-    if not margin >= 0:
-        raise UserError(f"--clean_margin must be >= 0 (0.01 = one point), got {margin}")
+    if not 2 <= folds <= 20:
+        raise UserError(f"--gen_folds must be between 2 and 20, got {folds}; e.g. --gen_folds 3")
+    check_seed(int(args.seed))
+    if not 0 <= margin <= 1:
+        raise UserError(f"--clean_margin must be in [0, 1] (0.01 = one point), got {margin}")
     return LayerFitArgs(
         k=k,
         lam=lam,
@@ -178,15 +236,15 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         encode_prompts,
         resolve_layers,
     )
-    from lm_eval_robust.generation.select import GenSelectSettings
     from lm_eval_robust.generation.tasks import GenConfig, build_docs, get_task
+    from lm_eval_robust.generation.tune import GenTuneSettings
     from lm_eval_robust.model import DebiasedHFLM
 
     name = gen_task_of(key)
     flags = check_layer_args(args)
     select = None
     if flags.select == "generation":
-        select = GenSelectSettings(
+        select = GenTuneSettings(
             ks=flags.ks,
             lams_rel=flags.lams_rel,
             n_folds=flags.gen_folds,
@@ -202,6 +260,9 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         )
     docs = build_docs(name, "text", "train", config)
     out = Path(args.out)
+    from lm_eval_robust.atomic import refuse_overwrite
+
+    refuse_overwrite(out, "-o", [("model folder", args.pretrained)])
     task = get_task(name)
     lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
     n_layers = len(decoder_layers(lm.model))
@@ -258,10 +319,10 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         }
         xc, xp = x[np.asarray(clean)], x[np.asarray(pert)]
         if select is not None and scorer is not None:
-            from lm_eval_robust.generation.select import select_by_generation
+            from lm_eval_robust.generation.tune import tune_by_generation
 
             before, first_call = scorer.n_generated, len(scorer.calls)
-            corr = select_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
+            corr = tune_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)
             info = corr.stats["generation_selection"]
             add_changed_counts(info["table"], scorer.calls[first_call:])
             info["score"] = f"{task.metric} ({scorer.score_name})"

@@ -68,6 +68,14 @@ def main(argv: Sequence[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise LoraError(f"-o {out} is a file; adapters go into a folder (one file per task)")
+    from lm_eval_robust.atomic import refuse_overwrite
+    from lm_eval_robust.validate import check_seed
+
+    check_seed(args.seed)
+    extra = model_kwargs(args.model_args)
+    inputs = [("model folder", args.pretrained)]
+    inputs += [(k, extra[k]) for k in ("correction", "lora", "layer_correction") if extra.get(k)]
+    refuse_overwrite(out, "-o", inputs)
     from lm_eval_robust.lora import save_adapter
     from lm_eval_robust.lora_train import train_lora, train_rows
     from lm_eval_robust.model import DebiasedHFLM
@@ -75,7 +83,7 @@ def main(argv: Sequence[str]) -> int:
 
     md = parse_metadata(args.metadata)
     NIConfig.from_metadata(md)  # settings too, before the model loads
-    lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
+    lm = DebiasedHFLM(pretrained=args.pretrained, **extra)
     for key in keys:
         rows = train_rows(lm, key + "_train", md)
         adapter = train_lora(lm.model, lm.tokenizer, rows, settings, key)

@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.pairing import label_runs, pair_runs
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
 
-__all__ = ["build_parser", "main"]
+__all__ = ["K_MAX", "build_parser", "main"]
+
+#: perturbations per example a plan may assume (the paper uses 200)
+K_MAX = 100_000
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -47,12 +51,26 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if len(args.runs) > 2:
         raise UserError(f"plan takes one run or a pair (base, other); got {len(args.runs)} runs")
+    check_resamples(args.resamples)
+    check_seed(args.seed)
+    ks = _ints(args.k)
+    if ks and max(ks) > K_MAX:
+        raise UserError(f"--k values must be between 1 and {K_MAX:,}; got {max(ks)}")
+    if not 0 < args.effect <= 100:
+        raise UserError(
+            f"--effect must be positive and at most 100 points of BAC; got {args.effect}"
+        )
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir():
+            raise UserError(f"-o {out} is a folder; give a file name, e.g. {out / 'plan.md'}")
+        refuse_overwrite(out, "-o", run_inputs(args.runs))
     try:
         settings = PlanSettings(
             effect=args.effect,
             alpha=args.alpha,
             power=args.power,
-            ks=_ints(args.k),
+            ks=ks,
             n_resamples=args.resamples,
             seed=args.seed,
         )
@@ -82,5 +100,5 @@ def main(argv: Sequence[str]) -> int:
     markdown = to_markdown(rows, settings, label)
     print(markdown)
     if args.out:
-        Path(args.out).write_text(markdown, encoding="utf-8")
+        write_text(markdown, args.out, "the plan")
     return 0

@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI, DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
 
-__all__ = ["build_parser", "main"]
+__all__ = ["REPORT_FILES", "build_parser", "main"]
+
+#: what a report folder holds (an existing -o is replaced whole only when it holds nothing else)
+REPORT_FILES = ("report.md", "report.csv", "report.json", "*.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,10 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="tasks to keep: a comma list or select's targets .json (default: all); a task's "
         "_train/_holdout splits count as the task",
     )
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
     p.add_argument("--confidence", type=float, default=0.95, help="CI level")
-    p.add_argument("--phi", type=float, default=0.1, help="certificate failure ratio φ")
-    p.add_argument("--psi", type=float, default=0.05, help="population confidence ψ")
+    p.add_argument(
+        "--phi", type=float, default=DEFAULT_CERT_PHI, help="certificate failure ratio φ"
+    )
+    p.add_argument("--psi", type=float, default=DEFAULT_CERT_PSI, help="population confidence ψ")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and split seed")
     p.add_argument(
         "--certificate",
@@ -70,13 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
         default="reference",
         help="Cantelli on the uniform reference (paper) or on the shifts' own mean/variance",
     )
+    p.add_argument(
+        "--splits",
+        type=int,
+        default=50,
+        help="random estimation/held-back splits for the certificate rates and their check "
+        "(0: leave that section out)",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="the finite-sample certificate's error level α"
+    )
     p.add_argument("--no_plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     return p
 
 
 def _settings(args: argparse.Namespace) -> ReportSettings:
-    check_bootstrap_flags(args.resamples, args.confidence)
+    check_bootstrap_flags(args.resamples, args.confidence, args.seed)
     try:
         named = CertConfig.named(args.certificate, phi=args.phi, psi=args.psi, seed=args.seed)
         cert = replace(
@@ -87,17 +103,30 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.splits < 0:
+        raise UserError(f"--splits must be >= 0; got {args.splits}")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1); got {args.alpha}")
     return ReportSettings(
-        n_resamples=args.resamples, confidence=args.confidence, seed=args.seed, cert=cert
+        n_resamples=args.resamples,
+        confidence=args.confidence,
+        seed=args.seed,
+        cert=cert,
+        n_splits=args.splits,
+        alpha=args.alpha,
     )
 
 
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
-    from lm_eval_robust.atomic import StagedDir, refuse_overwrite
+    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
 
     settings = _settings(args)
-    refuse_overwrite(args.out, "-o", [("run", r) for r in args.runs])
+    inputs = run_inputs(args.runs)
+    if args.tasks and args.tasks.endswith(".json"):
+        inputs.append(("targets file", args.tasks))
+    refuse_overwrite(args.out, "-o", inputs)
+    check_replaceable(args.out, "-o", "report", REPORT_FILES)
     with StagedDir() as stage:
         out = stage.open(Path(args.out), "report")
         markdown = _write_report(args, settings, out)
@@ -111,7 +140,7 @@ def _write_report(args: argparse.Namespace, settings: Any, out: Path) -> str:
     runs = label_runs(args.runs, labels)
     if args.tasks:
         from lm_eval_robust.correction import correction_key
-        from lm_eval_robust.select import read_task_list
+        from lm_eval_robust.targets import read_task_list
 
         keep = set(read_task_list(args.tasks))
         runs = [

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lm_eval_robust.cli.args import PROG, normalise_flags, spelling_note
+from lm_eval_robust.errors import UserError
 
-__all__ = ["EXAMPLE", "harness_run_parser", "main"]
+__all__ = ["EXAMPLE", "harness_run_parser", "main", "unknown_tasks_message"]
 
 EXAMPLE = (
     f"{PROG} run --model debiased_hf --model_args pretrained=gemma-3-270m "
@@ -68,5 +69,29 @@ def main(argv: Sequence[str]) -> int:
         run.print_help()
         return 0
     sys.argv = ["lm_eval", "run", *args]
-    harness.execute(harness.parse_args())
+    try:
+        harness.execute(harness.parse_args())
+    except ValueError as exc:
+        missing = str(exc).removeprefix("Tasks not found: ")
+        if missing == str(exc):
+            raise
+        raise UserError(unknown_tasks_message(missing)) from None
     return 0
+
+
+def unknown_tasks_message(missing: str) -> str:
+    """The one line for ``--tasks`` names the harness did not find, with the nearest of ours."""
+    from lm_eval_robust.cli.args import known_tasks
+    from lm_eval_robust.validate import nearest
+
+    names = [m.strip() for m in missing.split(",") if m.strip()]
+    hints = []
+    for name in names:
+        near = nearest(name, known_tasks())
+        if near:
+            hints.append(f"did you mean {near!r} for {name!r}?")
+    hint = " ".join(hints) or "see `lm-eval ls tasks` for the harness's tasks"
+    return (
+        f"unknown task(s) in --tasks: {', '.join(names)}; {hint} (ours: ni_format_pert, "
+        "ni_text_pert, ni065_format_pert, ...)"
+    )

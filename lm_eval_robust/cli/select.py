@@ -1,4 +1,4 @@
-"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.select`)."""
+"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.targets`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.cli.args import PROG, CommandParser
+from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.select import (
+from lm_eval_robust.targets import (
     PASS_METADATA,
     PASS_TASKS,
     Criteria,
@@ -72,43 +73,74 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    if args.pretrained:
-        check_pass_tasks(args.tasks)
-    if not 0 <= args.min_clean_bac <= 1 or args.min_drop < 0:
-        raise UserError("--min_clean_bac must be in [0, 1] and --min_drop >= 0 (fractions)")
-    crit = Criteria(args.min_clean_bac, args.min_drop, args.significant)
+    check_resamples(args.resamples)
+    if not 0 <= args.min_clean_bac <= 1 or not 0 <= args.min_drop <= 1:
+        raise UserError(
+            "--min_clean_bac and --min_drop must be fractions in [0, 1] (0.7, 0.01); got "
+            f"{args.min_clean_bac} and {args.min_drop}"
+        )
     if bool(args.run) == bool(args.pretrained):
         raise UserError(
             "give either run folders or --pretrained MODEL (to run the screening pass first)"
         )
+    if args.pretrained:
+        check_pass_tasks(args.tasks)
+    crit = Criteria(args.min_clean_bac, args.min_drop, args.significant)
+    outs = _outputs(args)
     runs = list(args.run) or [_screening_pass(args)]
     rows = candidates(runs, crit, args.resamples)
     md = to_markdown(rows, crit, ", ".join(runs))
     print(md)
-    if args.out:
-        out = Path(args.out)
-        if out.parent.exists() and not out.parent.is_dir():
-            raise UserError(f"cannot write {out}: {out.parent} is a file; choose -o")
-        out.parent.mkdir(parents=True, exist_ok=True)
+    if outs:
         payload = {
             "runs": runs,
             "criteria": asdict(crit),
             "targets": target_tasks(rows),
             "table": [{**asdict(r), "target": r.target} for r in rows],
         }
-        out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        out.with_suffix(".md").write_text(md, encoding="utf-8")
+        write_text(json.dumps(payload, indent=2) + "\n", outs[0], "the targets")
+        write_text(md, outs[1], "the targets table")
     return 0
+
+
+def _outputs(args: Any) -> list[Path]:
+    """``-o`` and the ``.md`` beside it, checked against every input before any work."""
+    if not args.out:
+        return []
+    out = Path(args.out)
+    if out.suffix == ".md":
+        raise UserError(
+            f"-o {out} ends in .md, the name of the table written beside the targets; give the "
+            "targets a .json name, e.g. targets.json"
+        )
+    if out.is_dir():
+        raise UserError(f"-o {out} is a folder; give a file name, e.g. {out / 'targets.json'}")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: {out.parent} is a file; choose -o")
+    inputs = run_inputs(args.run)
+    if args.pretrained:
+        inputs.append(("model folder", args.pretrained))
+    outs = [out, out.with_suffix(".md")]
+    for o in outs:
+        refuse_overwrite(o, "-o", inputs)
+    if args.pretrained:
+        refuse_overwrite(_pass_folder(args), "--output_path", [("model folder", args.pretrained)])
+        for o in outs:
+            refuse_overwrite(o, "-o", [("screening run", _pass_folder(args))])
+    return outs
+
+
+def _pass_folder(args: Any) -> Path:
+    if args.output_path:
+        return Path(args.output_path)
+    return (Path(args.out).parent if args.out else Path(".")) / "select_run"
 
 
 def _screening_pass(args: Any) -> str:
     """Run the clean + small perturbed pass of ``args.tasks`` and return its output folder."""
     from lm_eval_robust.cli.run import main as run_main
 
-    if args.output_path:
-        folder = Path(args.output_path)
-    else:
-        folder = (Path(args.out).parent if args.out else Path(".")) / "select_run"
+    folder = _pass_folder(args)
     model_args = f"pretrained={args.pretrained}" + (
         f",{args.model_args}" if args.model_args else ""
     )

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import Correction
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_FOLDS
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.features import Features
 from lm_eval_robust.fit.folds import grouped_folds
@@ -51,7 +52,6 @@ from lm_eval_robust.metrics.ties import pred_shares
 
 __all__ = [
     "CANDIDATES",
-    "DEFAULT_CLEAN_MARGIN",
     "AutoError",
     "AutoSettings",
     "CandidateScore",
@@ -73,7 +73,6 @@ CANDIDATES: tuple[str, ...] = (
 
 #: how far (BAC, a fraction: 0.01 is one point) a candidate's mean held-out clean BAC may fall
 #: below no correction's and still be chosen
-DEFAULT_CLEAN_MARGIN = 0.01
 
 CRITERION = (
     "grouped K-fold CV on the train split (folds by source example, seeded): among the kinds "
@@ -91,7 +90,7 @@ class AutoError(UserError):
 class AutoSettings:
     """Settings of the selection; ``fit`` holds those of every candidate's fit (φ, ψ, λ, α)."""
 
-    n_folds: int = 5
+    n_folds: int = DEFAULT_FOLDS
     seed: int = 0
     clean_margin: float = DEFAULT_CLEAN_MARGIN
     tie_tol: float = 1e-9

@@ -19,10 +19,12 @@ import numpy as np
 
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.classification import balanced_accuracy
+from lm_eval_robust.metrics.ties import pred_shares
 
 
 def _bac_of(logits: np.ndarray, gold: np.ndarray, beta: np.ndarray) -> float:
-    return balanced_accuracy(gold, np.argmax(logits - beta, axis=1))
+    """BAC of ``logits − β`` (exact ties of the top scores give 1/k credit)."""
+    return balanced_accuracy(gold, pred_shares(logits - beta))
 
 
 def _candidates(values: np.ndarray) -> np.ndarray:

@@ -379,6 +379,10 @@ def plot_constant_search(result: ConstantSearch, path: str | Path) -> Path:
     ax1.legend(fontsize=7, loc="best")
     title = result.reason if len(result.reason) <= 110 else result.reason[:107] + "..."
     fig.suptitle(title, fontsize=8)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png")
-    return out
+    import io
+
+    from lm_eval_robust.atomic import write_file
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=120, format="png")
+    return write_file(buf.getvalue(), out, "the search plot")

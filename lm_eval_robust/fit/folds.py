@@ -9,12 +9,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from lm_eval_robust.defaults import DEFAULT_FOLDS
 from lm_eval_robust.fit.ridge import FitError
 
 __all__ = ["fold_of_unique", "grouped_folds"]
 
 
-def grouped_folds(example_ids: ArrayLike, n_folds: int = 5, seed: int = 0) -> np.ndarray:
+def grouped_folds(
+    example_ids: ArrayLike, n_folds: int = DEFAULT_FOLDS, seed: int = 0
+) -> np.ndarray:
     """Fold index per row; every row of one example id lands in the same fold.
 
     The distinct ids are sorted, permuted with ``numpy.random.default_rng(seed)`` and dealt into

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import Correction
+from lm_eval_robust.defaults import DEFAULT_RADII_PHI
 from lm_eval_robust.fit.features import Features
 from lm_eval_robust.fit.radii import compare_radii, perturbation_bound, robustness_radii
 from lm_eval_robust.fit.ridge import bias_from_w
@@ -61,7 +62,7 @@ def corrected_gamma(corr: Correction, head_rows: np.ndarray) -> np.ndarray:
 
 
 def measure_radii(
-    feats: Features, corr: Correction | None, phi: float = 0.05, m: int | None = None
+    feats: Features, corr: Correction | None, phi: float = DEFAULT_RADII_PHI, m: int | None = None
 ) -> dict[str, Any]:
     """``C``, ``V``, ``ε_V``, ``ε_L`` before and after ``corr`` on ``feats``, and ``p_εV``,
     ``p_εL`` (``corr=None``: after = before)."""

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from lm_eval_robust.defaults import DEFAULT_RADII_PHI
+
 __all__ = [
     "ExampleStats",
     "PerturbationBound",
@@ -130,7 +132,7 @@ def robustness_radii(
     f: ArrayLike,
     example_ids: ArrayLike,
     *,
-    phi: float = 0.05,
+    phi: float = DEFAULT_RADII_PHI,
     m: int | None = None,
     gamma: ArrayLike | None = None,
     c: float | None = None,

@@ -6,7 +6,8 @@ The training rows are checked once into a :class:`CVData`; the examples are deal
 fold); one :class:`~lm_eval_robust.fit.ridge.GramAccumulator` per fold holds its sums, so each
 held-out fold is fitted from the others without a second pass over the features. Every grid value
 is scored on the held-out fold (perturbed-prompt balanced accuracy of the debiased logits, the
-mean |clean-logit change| and the clean balanced accuracy), and the best mean over folds wins
+mean |clean-logit change| and the clean balanced accuracy; exact ties of the top logits give 1/k
+credit, as everywhere), and the best mean over folds wins
 (:data:`CRITERION`). The solver itself is :mod:`lm_eval_robust.fit.ridge`.
 
 One concept, a little over 500 lines with the two public entry points' full docstrings: the
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from lm_eval_robust.defaults import DEFAULT_FOLDS
 from lm_eval_robust.fit.folds import fold_of_unique
 from lm_eval_robust.fit.ridge import (
     FitError,
@@ -36,6 +38,8 @@ from lm_eval_robust.fit.ridge import (
     check_finite,
     solve,
 )
+from lm_eval_robust.metrics.classification import balanced_accuracy
+from lm_eval_robust.metrics.ties import pred_shares
 
 __all__ = [
     "ALPHA_GRID",
@@ -43,7 +47,6 @@ __all__ = [
     "LAMBDA_GRID_REL",
     "CVData",
     "Selection",
-    "balanced_accuracy",
     "select_alpha",
     "select_lambda",
 ]
@@ -59,19 +62,6 @@ CRITERION = (
     "debiased logits; ties (within tie_tol) go to the smaller mean |clean-logit change| on "
     "held-out clean prompts, then to the value of smaller magnitude"
 )
-
-
-def balanced_accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Mean over the classes present in ``y_true`` of the per-class recall (NaN when empty)."""
-    yt = np.asarray(y_true)
-    yp = np.asarray(y_pred)
-    if yt.shape != yp.shape:
-        raise FitError(f"y_true {yt.shape} and y_pred {yp.shape} differ in shape")
-    if yt.size == 0:
-        return float("nan")
-    classes = np.unique(yt)
-    recalls = [float(np.mean(yp[yt == c] == c)) for c in classes]
-    return float(np.mean(recalls))
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,11 +288,11 @@ def _score_held_out_fold(
     if held.any():
         y = data.labels[held]
         logits = data.logits_pert[held]
-        scores.baseline_pert[j] = balanced_accuracy(y, np.argmax(logits, axis=1))
+        scores.baseline_pert[j] = balanced_accuracy(y, pred_shares(logits))
         bias = bias_from_w(data.x_pert[held], w_all) + beta_all
         for o, i in enumerate(solved):
             debiased = logits - bias[:, o * d : (o + 1) * d]
-            scores.bac_pert[j, i] = balanced_accuracy(y, np.argmax(debiased, axis=1))
+            scores.bac_pert[j, i] = balanced_accuracy(y, pred_shares(debiased))
     held_clean = folds.of_clean == j
     if held_clean.any():
         bias_clean = bias_from_w(data.x_clean[held_clean], w_all) + beta_all
@@ -310,17 +300,13 @@ def _score_held_out_fold(
         known = y_c >= 0
         logits_c = data.logits_clean[held_clean]
         if known.any():
-            scores.baseline_clean[j] = balanced_accuracy(
-                y_c[known], np.argmax(logits_c[known], axis=1)
-            )
+            scores.baseline_clean[j] = balanced_accuracy(y_c[known], pred_shares(logits_c[known]))
         for o, i in enumerate(solved):
             bias_i = bias_clean[:, o * d : (o + 1) * d]
             scores.clean_change[j, i] = float(np.mean(np.abs(bias_i)))
             if known.any():
                 debiased_c = logits_c[known] - bias_i[known]
-                scores.bac_clean[j, i] = balanced_accuracy(
-                    y_c[known], np.argmax(debiased_c, axis=1)
-                )
+                scores.bac_clean[j, i] = balanced_accuracy(y_c[known], pred_shares(debiased_c))
 
 
 def _table(grid: _Grid, scores: _Scores) -> list[dict[str, Any]]:
@@ -405,7 +391,7 @@ def select_alpha(
     lam: float,
     alphas: Sequence[float] = ALPHA_GRID,
     psi: str = "linear",
-    n_folds: int = 5,
+    n_folds: int = DEFAULT_FOLDS,
     seed: int = 0,
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,
@@ -451,7 +437,7 @@ def select_lambda(
     alpha: float = 0.0,
     lams_rel: Sequence[float] = LAMBDA_GRID_REL,
     psi: str = "linear",
-    n_folds: int = 5,
+    n_folds: int = DEFAULT_FOLDS,
     seed: int = 0,
     labels_clean: ArrayLike | None = None,
     tie_tol: float = 1e-9,

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import Correction, correction_key
+from lm_eval_robust.defaults import DEFAULT_FOLDS, DEFAULT_RADII_PHI
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fit.clean_cal import clean_offset
 from lm_eval_robust.fit.constant import constant_search, decision_gamma
@@ -36,9 +37,9 @@ class FitSettings:
     lam: float | None = None  # None: chosen by grouped CV on train
     alpha: float | None = 0.0  # None: chosen by grouped CV on train
     psi: str = "linear"
-    phi: float = 0.05
+    phi: float = DEFAULT_RADII_PHI
     m: int | None = None
-    n_folds: int = 5
+    n_folds: int = DEFAULT_FOLDS
     beta: str = "midpoint"  # ridge β: the paper's residual-range midpoint, or the residual mean
 
     def __post_init__(self) -> None:

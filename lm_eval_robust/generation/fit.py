@@ -39,7 +39,6 @@ from lm_eval_robust.correction import (
     SCHEMA_VERSION,
     CorrectionError,
     read_safetensors,
-    write_atomic,
 )
 from lm_eval_robust.fingerprint import check_model_fingerprint
 from lm_eval_robust.fit.folds import grouped_folds
@@ -272,7 +271,9 @@ def save_layer_correction(corr: LayerCorrection, path: str | os.PathLike[str]) -
         "beta": np.ascontiguousarray(corr.beta),
     }
     data = st_save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True)})
-    return write_atomic(data, Path(path))
+    from lm_eval_robust.atomic import write_file
+
+    return write_file(data, Path(path), "correction", CorrectionError)
 
 
 def load_layer_correction(path: str | os.PathLike[str]) -> LayerCorrection:

@@ -1,4 +1,4 @@
-"""The generation score of :func:`~lm_eval_robust.generation.select.select_by_generation`, run.
+"""The generation score of :func:`~lm_eval_robust.generation.tune.tune_by_generation`, run.
 
 :class:`GenerationScorer` is the ``score`` callback: it turns the held-out train rows into the
 harness's ``generate_until`` requests (the ``_train`` docs' prompts, the task's stop sequences,
@@ -80,7 +80,7 @@ def n_generations(n_prompts: int, n_layers: int, n_settings: int) -> int:
 
 
 class GenerationScorer:
-    """``score(correction, clean rows, perturbed rows)`` for ``select_by_generation``.
+    """``score(correction, clean rows, perturbed rows)`` for ``tune_by_generation``.
 
     ``docs`` are the ``_train`` docs; ``clean_docs[i]`` / ``pert_docs[i]`` the doc index of clean
     state row ``i`` / perturbed state row ``i``. ``task_name`` is the harness task whose requests

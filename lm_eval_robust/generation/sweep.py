@@ -18,6 +18,11 @@ perturbations are drawn together, and the base and debiased runs draw the same e
   level, 2.80 × its standard error (the standard deviation of the per-example differences over
   the square root of the number of examples); an effect below it is not distinguishable from
   noise at this size;
+* ``p``: the exact paired test of each difference (exact McNemar on the examples whose
+  outcome changed where every per-example score is 0 or 100, e.g. EM with one perturbation per
+  example; else a sign-flip permutation test of the per-example differences). A difference is
+  called distinguishable from zero only where this p is below 0.05; a BCa endpoint beside 0 is
+  not a test at a handful of changed examples;
 * ``generations changed``: how many of the base run's generations (clean and perturbed prompts)
   the correction changed at all, whether or not the score moved.
 
@@ -38,14 +43,16 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
-from lm_eval_robust.metrics.bootstrap import DEFAULT_RESAMPLES, cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.metrics.paired_tests import exact_paired
 
 __all__ = [
     "Cell",
@@ -74,6 +81,7 @@ class Cell:
     low: float
     high: float
     mde: float = math.nan
+    p: float = math.nan  # exact paired test (differences only)
 
     def text(self) -> str:
         if not math.isfinite(self.value):
@@ -226,6 +234,10 @@ def _mde(diff: np.ndarray) -> float:
     return Z_POWER * sd / math.sqrt(n) if sd > 0 else math.nan
 
 
+def _p(before: np.ndarray, after: np.ndarray) -> float:
+    return exact_paired(before, after).p
+
+
 def paired_rows(
     directory: Path, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
 ) -> list[SweepRow]:
@@ -253,7 +265,7 @@ def paired_rows(
             )
             cell = [Cell(*ci.row(i)) for i in range(9)]
             mde_drop = _mde(m[:, 1] - m[:, 0])
-            drop = Cell(cell[2].value, cell[2].low, cell[2].high, mde_drop)
+            drop = Cell(cell[2].value, cell[2].low, cell[2].high, mde_drop, _p(m[:, 0], m[:, 1]))
             if label == "base":
                 rows.append(SweepRow(task, label, m.shape[0], cell[0], cell[1], drop))
                 continue
@@ -264,9 +276,27 @@ def paired_rows(
                     m.shape[0],
                     cell[3],
                     cell[4],
-                    Cell(cell[5].value, cell[5].low, cell[5].high, _mde(m[:, 3] - m[:, 2])),
-                    Cell(cell[6].value, cell[6].low, cell[6].high, _mde(m[:, 2] - m[:, 0])),
-                    Cell(cell[7].value, cell[7].low, cell[7].high, _mde(m[:, 3] - m[:, 1])),
+                    Cell(
+                        cell[5].value,
+                        cell[5].low,
+                        cell[5].high,
+                        _mde(m[:, 3] - m[:, 2]),
+                        _p(m[:, 2], m[:, 3]),
+                    ),
+                    Cell(
+                        cell[6].value,
+                        cell[6].low,
+                        cell[6].high,
+                        _mde(m[:, 2] - m[:, 0]),
+                        _p(m[:, 0], m[:, 2]),
+                    ),
+                    Cell(
+                        cell[7].value,
+                        cell[7].low,
+                        cell[7].high,
+                        _mde(m[:, 3] - m[:, 1]),
+                        _p(m[:, 1], m[:, 3]),
+                    ),
                     cell[8],
                     _changed(base_run, other_run) if other_run is not None else (0, 0),
                 )
@@ -285,6 +315,12 @@ def _mde_text(c: Cell | None) -> str:
     return f"{c.mde:.1f}" if c is not None and math.isfinite(c.mde) else "–"
 
 
+def _p_text(c: Cell | None) -> str:
+    if c is None or not math.isfinite(c.p):
+        return "–"
+    return "< 0.001" if c.p < 0.001 else f"{c.p:.3f}"
+
+
 def render(rows: Sequence[SweepRow]) -> str:
     """Markdown: one table per task."""
     out: list[str] = []
@@ -296,13 +332,21 @@ def render(rows: Sequence[SweepRow]) -> str:
             "examples, 95 % clustered BCa)",
             "",
             "| run | clean | perturbed | δ_drop | δ_clean vs base | gain vs base (pert) "
-            "| p_recover | MDE δ_drop / δ_clean / gain | generations changed |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| p_recover | MDE δ_drop / δ_clean / gain | exact p δ_drop / δ_clean / gain "
+            "| generations changed |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in sub:
             cells = [r.clean.text(), r.pert.text(), r.drop.text()]
             if r.label == "base":
-                cells += ["–", "–", "–", f"{_mde_text(r.drop)} / – / –", "–"]
+                cells += [
+                    "–",
+                    "–",
+                    "–",
+                    f"{_mde_text(r.drop)} / – / –",
+                    f"{_p_text(r.drop)} / – / –",
+                    "–",
+                ]
             else:
                 assert r.delta_clean is not None and r.gain is not None and r.p_recover
                 cells += [
@@ -310,6 +354,7 @@ def render(rows: Sequence[SweepRow]) -> str:
                     r.gain.text(),
                     r.p_recover.text(),
                     f"{_mde_text(r.drop)} / {_mde_text(r.delta_clean)} / {_mde_text(r.gain)}",
+                    f"{_p_text(r.drop)} / {_p_text(r.delta_clean)} / {_p_text(r.gain)}",
                     f"{r.changed[0]}/{r.changed[1]}",
                 ]
             out.append(f"| {r.label} | " + " | ".join(cells) + " |")
@@ -324,13 +369,13 @@ def _flat(rows: Sequence[SweepRow]) -> list[dict[str, object]]:
         d["changed"], d["generations"] = r.changed
         for name in ("clean", "pert", "drop", "delta_clean", "gain", "p_recover"):
             c = getattr(r, name)
-            for part in ("value", "low", "high", "mde"):
+            for part in ("value", "low", "high", "mde", "p"):
                 d[f"{name}_{part}"] = getattr(c, part) if c is not None else math.nan
         flat.append(d)
     return flat
 
 
-def plot(rows: Sequence[SweepRow], path: Path) -> None:
+def plot(rows: Sequence[SweepRow], path: Path | BinaryIO) -> None:
     """Per task with a layer run: δ_clean and the perturbed gain of every layer, with intervals."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -384,27 +429,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.resamples < 100:
-        raise SystemExit(f"--resamples must be at least 100, got {args.resamples}")
     try:
-        rows = paired_rows(args.directory, n_resamples=args.resamples, seed=args.seed)
+        return _write(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def _write(args: argparse.Namespace) -> int:
+    """Read the sweep's runs and write its tables and plot, each file whole, none inside a run."""
+    import io
+
+    from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_file, write_text
+    from lm_eval_robust.validate import check_resamples, check_seed
+
+    check_resamples(args.resamples)
+    check_seed(args.seed)
     out = args.out or args.directory
-    out.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in (args.directory / "runs").glob("*") if p.is_dir())
+    names = ("sweep.md", "sweep.csv", "sweep.json", "sweep.png")
+    for name in names:
+        refuse_overwrite(out / name, "-o", run_inputs(runs))
+    rows = paired_rows(args.directory, n_resamples=args.resamples, seed=args.seed)
     text = render(rows)
-    (out / "sweep.md").write_text(text, encoding="utf-8")
     flat = _flat(rows)
-    with open(out / "sweep.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
-        writer.writeheader()
-        writer.writerows(flat)
-    (out / "sweep.json").write_text(
-        json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True), encoding="utf-8"
-    )
-    (out / "sweep.png").unlink(missing_ok=True)
-    plot(rows, out / "sweep.png")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(flat[0]))
+    writer.writeheader()
+    writer.writerows(flat)
+    write_text(text, out / "sweep.md", "the sweep table")
+    write_text(table.getvalue(), out / "sweep.csv", "the sweep table")
+    body = json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True)
+    write_text(body, out / "sweep.json", "the sweep table")
+    png = io.BytesIO()
+    plot(rows, png)
+    if not png.getvalue():  # no task with layer runs: no plot, and none of an earlier sweep
+        (out / "sweep.png").unlink(missing_ok=True)
+    else:
+        write_file(png.getvalue(), out / "sweep.png", "the sweep plot")
     print(text, end="")
     return 0
 

@@ -14,7 +14,6 @@ TriviaQA and GSM8K, F1 for XSum, in percent.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -31,13 +30,15 @@ LABEL = re.compile(r"^(base|L\d+(?:-[a-z0-9]+)*)(?:_|$)")
 
 def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
     """label -> task -> metric -> value, from every results_*.json under ``directory/runs``."""
+    from lm_eval_robust.report.pairing import read_results
+
     out: dict[str, dict[str, dict[str, float]]] = {}
     for f in sorted((directory / "runs").glob("*/**/results_*.json")):
         run = f.relative_to(directory / "runs").parts[0]
         m = LABEL.match(run)
         if m is None:
             continue
-        res = json.loads(f.read_text(encoding="utf-8"))["results"]
+        res = read_results(f)["results"]  # one line for a cut or misshapen file
         for task, vals in res.items():
             # values and their clustered bootstrap standard errors (``<metric>_stderr``)
             metrics = {

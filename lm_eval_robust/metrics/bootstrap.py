@@ -33,8 +33,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri
 
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
+
 __all__ = [
-    "DEFAULT_RESAMPLES",
     "BootstrapCI",
     "TaskLevelCI",
     "bac_from_counts",
@@ -46,7 +47,6 @@ __all__ = [
     "task_level_ci",
 ]
 
-DEFAULT_RESAMPLES = 10_000
 MAX_ELEMENTS = 1 << 21  # weights held at once (16 MiB of float64)
 
 StatFn = Callable[[np.ndarray], np.ndarray]

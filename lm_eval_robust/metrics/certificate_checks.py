@@ -11,7 +11,9 @@ from typing import Literal
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI
 from lm_eval_robust.metrics.certificates import ESTIMATORS, CertConfig, Certification, certify
+from lm_eval_robust.metrics.classification import balanced_accuracy_of_credit
 from lm_eval_robust.metrics.margins import MarginTable
 
 __all__ = ["CertificateCheck", "Verification", "certificate_checks", "verification"]
@@ -31,15 +33,6 @@ class Verification:
     n_variants_uncertified: int
 
 
-def _bac(gold: np.ndarray, credit: np.ndarray, q: int) -> float:
-    if gold.size == 0:
-        return math.nan
-    total = np.bincount(gold, minlength=q)
-    correct = np.bincount(gold, weights=credit, minlength=q)
-    present = total > 0
-    return float(np.mean(correct[present] / total[present]))
-
-
 def verification(cert: Certification, rule: Literal["h", "c"]) -> Verification:
     """Table 12: performance on the held-back variants of certified / uncertified examples."""
     t = cert.table
@@ -49,7 +42,7 @@ def verification(cert: Certification, rule: Literal["h", "c"]) -> Verification:
     is_cert = flag[t.var_example]
     out: dict[str, float] = {}
     for name, sel in (("certified", ver & is_cert), ("uncertified", ver & ~is_cert)):
-        out[f"bac_{name}"] = _bac(gold[sel], credit[sel], t.n_classes)
+        out[f"bac_{name}"] = balanced_accuracy_of_credit(gold[sel], credit[sel])
         out[f"acc_{name}"] = float(credit[sel].mean()) if sel.any() else math.nan
         out[f"n_variants_{name}"] = int(sel.sum())
     return Verification(
@@ -93,8 +86,8 @@ class CertificateCheck:
 
 def certificate_checks(
     table: MarginTable,
-    phi: float = 0.1,
-    psi: float = 0.05,
+    phi: float = DEFAULT_CERT_PHI,
+    psi: float = DEFAULT_CERT_PSI,
     seed: int = 0,
     extra: CertConfig | None = None,
 ) -> list[CertificateCheck]:

@@ -63,6 +63,7 @@ from typing import Literal
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI
 from lm_eval_robust.metrics.margins import MarginTable, estimation_mask, pairwise_margins
 
 __all__ = [
@@ -98,8 +99,8 @@ class CertConfig:
     """Settings of the certificates (defaults: the paper's phi = 0.1, psi = 0.05, and the paper's
     estimator; see :data:`ESTIMATORS` and :meth:`named`)."""
 
-    phi: float = 0.1
-    psi: float = 0.05
+    phi: float = DEFAULT_CERT_PHI
+    psi: float = DEFAULT_CERT_PSI
     seed: int = 0
     eps_rule: EpsRule = ESTIMATORS[DEFAULT_ESTIMATOR][0]
     density_rule: DensityRule = ESTIMATORS[DEFAULT_ESTIMATOR][1]
@@ -107,7 +108,11 @@ class CertConfig:
 
     @classmethod
     def named(
-        cls, estimator: str, phi: float = 0.1, psi: float = 0.05, seed: int = 0
+        cls,
+        estimator: str,
+        phi: float = DEFAULT_CERT_PHI,
+        psi: float = DEFAULT_CERT_PSI,
+        seed: int = 0,
     ) -> CertConfig:
         """``paper`` (eps_B = 0, C V_B = 1: the box of the estimation shifts holds the
         perturbation distribution, read as uniform on it) or ``distribution_free``

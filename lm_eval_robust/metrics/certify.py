@@ -12,12 +12,13 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lm_eval_robust.metrics.cert_splits import exact_rate
 from lm_eval_robust.metrics.certificates import Certification, certify
 from lm_eval_robust.metrics.margins import MarginTable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["explain_na", "p_cert_c", "p_cert_h", "pop_cert_c", "pop_cert_h"]
+__all__ = ["explain_na", "p_cert_c", "p_cert_exact", "p_cert_h", "pop_cert_c", "pop_cert_h"]
 
 
 _explained: set[tuple[str, str]] = set()
@@ -64,3 +65,18 @@ def pop_cert_c(items: Iterable[Mapping[str, Any]]) -> float:
     """Population guarantee from the Chebyshev rule (``P_C``/100); use it on a holdout task."""
     cert = certify_items(items)
     return math.nan if cert is None else cert.population("c")
+
+
+def p_cert_exact(items: Iterable[Mapping[str, Any]]) -> float:
+    """Fraction of clean examples certified by the finite-sample certificate (exact binomial
+    bound, Benjamini-Hochberg; :mod:`.exact_cert`), mean over 50 estimation/held-back splits;
+    NaN, logged once, below the K it needs (57 at phi = 0.1, alpha = 0.05)."""
+    items = [it for it in items if it.get("ll") is not None]
+    if not items:
+        return math.nan
+    rate, why = exact_rate(MarginTable.from_items(items))
+    task = str(items[0].get("task", "?"))
+    if why and (task, why) not in _explained:
+        _explained.add((task, why))
+        log.warning("%s: p_cert_exact is n/a (NaN): %s", task, why)
+    return rate

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, is_tied, pred_shares
@@ -59,16 +60,31 @@ def _arrays(items: Iterable[Mapping[str, Any]], perturbed: bool) -> tuple[np.nda
     return gold, shares
 
 
-def balanced_accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
-    """Mean recall over the classes present in ``gold`` (scikit-learn's balanced accuracy).
+def balanced_accuracy(gold: ArrayLike, pred: ArrayLike) -> float:
+    """The package's one balanced accuracy: mean recall over the classes present in ``gold``
+    (scikit-learn's ``balanced_accuracy_score``); NaN without docs.
 
-    ``pred`` is either labels ``[N]`` or prediction shares ``[N, Q]`` (ties: 1/k credit each)."""
+    ``pred`` is prediction shares ``[N, Q]`` (:func:`~lm_eval_robust.metrics.ties.pred_shares`:
+    a k-way exact tie of the top scores gives each tied label 1/k, so a doc earns 1/k when its
+    gold label is among them) or, where no scores exist, predicted labels ``[N]`` (credit 1 when
+    equal). Every other BAC of the package calls this one (:func:`balanced_accuracy_of_credit`)
+    or is tested against it (``bac_from_counts``, the constant search's BAC curve)."""
     gold = np.asarray(gold, dtype=np.int64)
     if gold.size == 0:
         return math.nan
-    credit = _credit(gold, pred)
-    classes = np.unique(gold)
-    return float(np.mean([credit[gold == c].mean() for c in classes]))
+    return balanced_accuracy_of_credit(gold, _credit(gold, np.asarray(pred)))
+
+
+def balanced_accuracy_of_credit(gold: ArrayLike, credit: ArrayLike) -> float:
+    """:func:`balanced_accuracy` from each doc's credit ``[N]`` (1 right, 0 wrong, 1/k tied)."""
+    gold = np.asarray(gold, dtype=np.int64)
+    if gold.size == 0:
+        return math.nan
+    credit = np.asarray(credit, dtype=np.float64)
+    _, cls = np.unique(gold, return_inverse=True)
+    total = np.bincount(cls)  # every class of gold, in sorted order, has docs
+    correct = np.bincount(cls, weights=credit, minlength=total.size)
+    return float(np.mean(correct / total))
 
 
 def _credit(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:

@@ -23,6 +23,10 @@ a descriptor-less enumeration's ``sep_text_and_option`` is fixed to ``''`` (upst
 it); rule 5 is the explicit ``Spacing.whitespace_only`` flag (upstream
 ``allow_only_non_char_spaces``); ``Enumeration.max_items`` optionally rules out number formats
 that cannot label that many items (upstream crashes when rendering them).
+
+One concept in one module of about 700 lines: the node types, the validity rules, the enumeration,
+the sampling and the rendering all read one compiled structure, and each follows upstream's
+grammar rule by rule, so they change together.
 """
 
 from __future__ import annotations

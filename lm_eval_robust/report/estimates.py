@@ -36,14 +36,15 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import correction_key
+from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.metrics.bootstrap import (
-    DEFAULT_RESAMPLES,
     TaskLevelCI,
     bac_from_counts,
     cluster_bootstrap_ci,
     linear_stat,
     task_level_ci,
 )
+from lm_eval_robust.metrics.cert_splits import RuleSummary, split_flags, summarize
 from lm_eval_robust.metrics.certificate_checks import (
     CertificateCheck,
     Verification,
@@ -123,6 +124,10 @@ class ReportSettings:
     confidence: float = 0.95
     seed: int = 0
     cert: CertConfig = field(default_factory=CertConfig)
+    #: random estimation/held-back splits for the certificate rates (0: leave them out)
+    n_splits: int = 50
+    #: the finite-sample certificate's error level
+    alpha: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,8 @@ class TaskSummary:
     checks: tuple[CertificateCheck, ...] = ()
     # the applied correction's fit summary (method, lam, p_eps_V, p_eps_L on the train features)
     fit: dict[str, Any] = field(default_factory=dict)
+    # every certificate rule over repeated splits, with its held-back check (cert_splits)
+    cert_splits: dict[str, RuleSummary] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -360,7 +367,20 @@ def summarize_task(run: Run, task: TaskRun, settings: ReportSettings) -> TaskSum
             )
         ),
         fit=dict(run.fits.get(correction_key(task.task), {})),
+        cert_splits=_cert_splits(table, settings),
     )
+
+
+def _cert_splits(table: MarginTable, settings: ReportSettings) -> dict[str, RuleSummary]:
+    """The finite-sample certificate and the plug-in rules over ``settings.n_splits`` splits."""
+    if settings.n_splits <= 0 or table.n_examples == 0:
+        return {}
+    flags = split_flags(table, settings.n_splits, settings.cert.phi, settings.alpha)
+    n_boot = min(settings.n_resamples, 2000)
+    return {
+        rule: summarize([f], settings.cert.phi, n_boot, settings.confidence, settings.seed)
+        for rule, f in flags.items()
+    }
 
 
 def summarize_pair(

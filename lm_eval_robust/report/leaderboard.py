@@ -14,23 +14,35 @@ their variants, ``n_resamples`` times):
   that task out of every model's mean, with a note), so the rows compare like with like.
 
 Rows are keyed by (model, kind, task); ``task == "mean"`` is the average. Values are fractions in
-the JSON and CSV, percentages in the Markdown.
+the JSON and CSV, percentages in the Markdown (:mod:`lm_eval_robust.report.leaderboard_tables`
+renders the three; :mod:`~lm_eval_robust.report.leaderboard_html` the page).
+
+Beside the measures, every row carries what a reader needs to take them at their word:
+
+* the spread, best and worst variant against their permutation null
+  (:mod:`lm_eval_robust.metrics.spread_null`: variant labels permuted within examples, the same
+  size), with a p-value; a spread whose p-value is 0.05 or more is marked as within noise;
+* the certified share from the finite-sample certificate
+  (:mod:`lm_eval_robust.metrics.exact_cert`), n/a with the K it needs below that K, and the
+  paper's plug-in p_C labelled with its K, both averaged over repeated estimation/held-back
+  splits with their held-back check (:mod:`lm_eval_robust.metrics.cert_splits`);
+* and, over the models, paired differences on shared examples with Holm's rule and rank
+  intervals (:mod:`lm_eval_robust.report.compare`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import bca_interval
+from lm_eval_robust.metrics.cert_splits import RuleSummary, SplitFlags, split_flags, summarize
+from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.robustness import (
     BOOTSTRAP_STATS,
     Replicates,
@@ -39,7 +51,8 @@ from lm_eval_robust.metrics.robustness import (
     table_of,
     variant_bac,
 )
-from lm_eval_robust.report.markdown import markdown_table
+from lm_eval_robust.metrics.spread_null import SpreadNull, mean_null, spread_null
+from lm_eval_robust.report.compare import Comparison, compare_models
 from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, protocol_settings
 
 __all__ = [
@@ -48,9 +61,7 @@ __all__ = [
     "Leaderboard",
     "LeaderboardRow",
     "build_leaderboard",
-    "to_csv",
-    "to_json",
-    "to_markdown",
+    "within_noise",
 ]
 
 MEAN = "mean"
@@ -66,7 +77,6 @@ COLUMNS: dict[str, str] = {
     "fmt_worst": "worst variant",
     "fmt_spread": "spread",
     "consistency": "consistency",
-    "p_cert_h": "certified (p_H)",
     "tie_share": "tied",
     "maj_share_clean": "majority share (clean)",
 }
@@ -99,6 +109,8 @@ class LeaderboardRow:
     n_tasks: int
     cells: Mapping[str, Cell]
     variants: Mapping[str, float] = field(default_factory=dict)  # per-variant BAC (tasks only)
+    spread: SpreadNull | None = None  # permutation null of best/worst/median/spread
+    certs: Mapping[str, RuleSummary] = field(default_factory=dict)  # rule -> rate and check
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,11 @@ class Leaderboard:
     confidence: float
     designs: Mapping[str, str]  # task -> design
     notes: tuple[str, ...] = ()
+    comparison: Comparison | None = None
+    phi: float = 0.1
+    alpha: float = 0.05
+    n_splits: int = 50
+    n_permutations: int = 2000
 
     def row(self, model: str, kind: str, task: str = MEAN) -> LeaderboardRow | None:
         for r in self.rows:
@@ -120,11 +137,19 @@ class Leaderboard:
 
 def _base_task(task: str) -> str:
     """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a wrapped stock task
-    (``<task>_robust_text``) -> ``<task>``."""
+    (``<task>_robust_text``) -> ``<task>``. A split other than the test split keeps its name
+    (``ni065_holdout``, ``<task>_holdout``): its examples are other ones, not the same task."""
     from lm_eval_robust.wrap.names import parse
 
     variant = parse(task)
-    return variant.base if variant is not None else task.split("_", 1)[0]
+    if variant is not None:
+        if variant.split in ("holdout", "train"):
+            return f"{variant.base}_{variant.split}"
+        return variant.base
+    for split in ("_holdout", "_train"):
+        if task.endswith(split):
+            return task.split("_", 1)[0] + split
+    return task.split("_", 1)[0]
 
 
 def _kind(run: Run, task: str) -> str:
@@ -168,9 +193,19 @@ def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray
 
 
 def build_leaderboard(
-    runs: Sequence[Run], n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    runs: Sequence[Run],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_splits: int = 50,
+    n_permutations: int = 2000,
+    phi: float = DEFAULT_CERT_PHI,
+    alpha: float = 0.05,
 ) -> Leaderboard:
-    """The leaderboard of ``runs`` (one model each; two runs of one model are refused)."""
+    """The leaderboard of ``runs`` (one model each; two runs of one model are refused).
+
+    ``n_splits`` estimation/held-back splits for the certificate rates, ``n_permutations``
+    draws of the spread's null, certificates at failure ratio ``phi`` and level ``alpha``."""
     models = [r.label for r in runs]
     dup = sorted({m for m in models if models.count(m) > 1})
     if dup:
@@ -179,10 +214,12 @@ def build_leaderboard(
             "with --labels"
         )
     rows: list[LeaderboardRow] = []
-    designs: dict[str, str] = {}
+    designs_seen: dict[str, set[str]] = {}
     notes: list[str] = []
     kinds_seen: list[str] = []
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
+    extras: dict[tuple[str, str], tuple[SpreadNull, dict[str, SplitFlags]]] = {}
+    n_boot = min(n_resamples, 2000)
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
         by_kind: dict[str, list[tuple[str, Replicates, RobustTable]]] = {}
@@ -193,11 +230,18 @@ def build_leaderboard(
                 notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
                 continue
             meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
-            designs[task] = str(meta.get("design", "nested"))
+            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
             items = tr.item_list()
             table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
             by_kind.setdefault(kind, []).append((task, rep, table))
+            null = spread_null(items, n_permutations, seed=seed + i)
+            scored = [it for it in items if it.get("ll") is not None]
+            flags = (
+                split_flags(MarginTable.from_items(scored), n_splits, phi, alpha) if scored else {}
+            )
+            extras[(run.label, task)] = (null, flags)
+            certs = {r: summarize([f], phi, n_boot, confidence, seed + i) for r, f in flags.items()}
             rows.append(
                 LeaderboardRow(
                     model=run.label,
@@ -208,6 +252,8 @@ def build_leaderboard(
                     n_tasks=1,
                     cells=_cells(rep, confidence),
                     variants=variant_bac(items),
+                    spread=null,
+                    certs=certs,
                 )
             )
         for kind, entries in by_kind.items():
@@ -232,6 +278,11 @@ def build_leaderboard(
             if not kept:
                 continue
             mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in kept])
+            ext = [extras[(model, t)] for t, _, _ in kept]
+            rules = sorted(set.intersection(*(set(f) for _, f in ext)))
+            mean_certs = {
+                r: summarize([f[r] for _, f in ext], phi, n_boot, confidence, seed) for r in rules
+            }
             rows.append(
                 LeaderboardRow(
                     model=model,
@@ -241,6 +292,8 @@ def build_leaderboard(
                     n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept),
                     n_tasks=len(kept),
                     cells=_cells(mean_rep, confidence),
+                    spread=mean_null([n for n, _ in ext]),
+                    certs=mean_certs,
                 )
             )
             short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]
@@ -252,6 +305,21 @@ def build_leaderboard(
                 )
     if not rows:
         raise LeaderboardError("no perturbed task in the runs; run a *_pert or *_lb task first")
+    # every design a task was run with, whatever the order of the runs
+    designs = {t: "+".join(sorted(d)) for t, d in designs_seen.items()}
+    comparison = None
+    if len(models) > 1:
+        common_tables: dict[tuple[str, str], dict[str, RobustTable]] = {}
+        for kind in kinds_seen:
+            by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
+            common = set.intersection(
+                *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
+            )
+            for m, ents in by_model.items():
+                common_tables[(m, kind)] = {
+                    _base_task(t): tab for t, _, tab in ents if _base_task(t) in common
+                }
+        comparison = compare_models(common_tables, models, n_boot, confidence, seed)
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
@@ -260,6 +328,11 @@ def build_leaderboard(
         confidence=confidence,
         designs=designs,
         notes=tuple(notes),
+        comparison=comparison,
+        phi=phi,
+        alpha=alpha,
+        n_splits=n_splits,
+        n_permutations=n_permutations,
     )
 
 
@@ -279,108 +352,9 @@ def _setting_notes(runs: Sequence[Run]) -> list[str]:
     return out
 
 
-def _pct(c: Cell, signed: bool = False) -> str:
-    if not math.isfinite(c.value):
-        return "–"
-    v = f"{100 * c.value:+.1f}" if signed else f"{100 * c.value:.1f}"
-    if math.isfinite(c.low) and math.isfinite(c.high):
-        return f"{v} [{100 * c.low:.1f}, {100 * c.high:.1f}]"
-    return v
-
-
-def _rank(r: LeaderboardRow) -> float:
-    """Sort key: higher perturbed BAC first; undefined last."""
-    v = r.cells["bac_pert"].value
-    return -v if math.isfinite(v) else math.inf
-
-
-def _row_cells(r: LeaderboardRow) -> list[str]:
-    return [_pct(r.cells[k], signed=k == "delta_drop") for k in COLUMNS]
-
-
-def to_markdown(lb: Leaderboard) -> str:
-    level = round(100 * lb.confidence)
-    design = sorted(set(lb.designs.values()))
-    parts = [
-        "# Robustness leaderboard",
-        "",
-        f"One row per model: the mean over the tasks of each perturbation kind, in %, with "
-        f"{level} % clustered BCa intervals ({lb.n_resamples} resamples; examples resampled with "
-        f"all their variants, tasks independently). Design: {', '.join(design)}. "
-        "Variant = prompt format (format perturbations) or text-perturbation kind (text).",
-    ]
-    for kind in lb.kinds:
-        rows = [r for m in lb.models if (r := lb.row(m, kind)) is not None]
-        rows.sort(key=_rank)
-        parts += ["", f"## {kind} perturbations: mean over tasks", ""]
-        header = ["model", "tasks", "examples", *COLUMNS.values()]
-        parts.append(
-            markdown_table(
-                header, [[r.model, str(r.n_tasks), str(r.n_examples), *_row_cells(r)] for r in rows]
-            )
-        )
-    parts += ["", "## Per task", ""]
-    header = ["kind", "task", "model", "examples", "prompts", *COLUMNS.values()]
-    body = []
-    for kind in lb.kinds:
-        tasks = sorted({r.task for r in lb.rows if r.kind == kind and r.task != MEAN})
-        for task in tasks:
-            for m in lb.models:
-                r = lb.row(m, kind, task)
-                if r is not None:
-                    body.append(
-                        [kind, task, m, str(r.n_examples), str(r.n_prompts), *_row_cells(r)]
-                    )
-    parts.append(markdown_table(header, body))
-    if lb.notes:
-        parts += ["", "Notes:", ""] + [f"- {n}" for n in lb.notes]
-    return "\n".join(parts) + "\n"
-
-
-def _flat(r: LeaderboardRow) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "model": r.model,
-        "kind": r.kind,
-        "task": r.task,
-        "n_tasks": r.n_tasks,
-        "n_examples": r.n_examples,
-        "n_prompts": r.n_prompts,
-    }
-    for name in BOOTSTRAP_STATS:
-        c = r.cells[name]
-        for suffix, x in (("", c.value), ("_low", c.low), ("_high", c.high)):
-            out[name + suffix] = x if math.isfinite(x) else None
-    return out
-
-
-def to_csv(lb: Leaderboard) -> str:
-    rows = [_flat(r) for r in lb.rows]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: "" if v is None else v for k, v in r.items()})
-    return buf.getvalue()
-
-
-def to_json(lb: Leaderboard) -> str:
-    doc = {
-        "confidence": lb.confidence,
-        "n_resamples": lb.n_resamples,
-        "models": list(lb.models),
-        "kinds": list(lb.kinds),
-        "designs": dict(sorted(lb.designs.items())),
-        "rows": [
-            {
-                **{k: v for k, v in _flat(r).items() if k in ("model", "kind", "task")},
-                "n_tasks": r.n_tasks,
-                "n_examples": r.n_examples,
-                "n_prompts": r.n_prompts,
-                "metrics": {n: r.cells[n].as_dict() for n in BOOTSTRAP_STATS},
-                "variant_bac": dict(sorted(r.variants.items())),
-            }
-            for r in lb.rows
-        ],
-        "notes": list(lb.notes),
-    }
-    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+def within_noise(r: LeaderboardRow, level: float = 0.05) -> bool:
+    """The row's spread is no larger than variant labels permuted within examples give."""
+    if r.spread is None:
+        return False
+    p = r.spread.p_value()
+    return math.isfinite(p) and p >= level

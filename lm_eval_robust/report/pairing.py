@@ -132,7 +132,42 @@ def _find_results(path: Path) -> Path:
             f"{path}: runs of several models ({', '.join(f.name for f in folders)}); "
             "give one of these folders"
         )
-    return found[-1]  # ISO timestamps sort in time order: the latest run
+    if len(found) > 1:  # a rerun into the same --output_path: reading one would drop the other
+        raise NoResultsError(
+            f"{folders[0]} holds {len(found)} results files ({', '.join(f.name for f in found)}); "
+            "give one of them as RUN, or move the others to a folder of their own"
+        )
+    return found[0]
+
+
+def read_results(results_file: Path) -> dict[str, Any]:
+    """A results file as lm_eval writes it (a JSON object whose ``results`` is an object), or
+    one line naming what is wrong with it."""
+    from lm_eval_robust.validate import read_bytes
+
+    data = read_bytes(
+        results_file, "results file", "give the results_*.json lm_eval wrote", NoResultsError
+    )
+    try:
+        results = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NoResultsError(f"{results_file}: not UTF-8 text; is it a results file?") from None
+    except json.JSONDecodeError as exc:
+        raise NoResultsError(f"{results_file}: not valid JSON ({exc.msg})") from None
+    shape = type(results).__name__
+    if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
+        what = "a JSON object without a 'results' object" if isinstance(results, dict) else shape
+        raise NoResultsError(
+            f"{results_file}: {what}, not an lm_eval results file; give the results_*.json "
+            "that lm_eval --output_path wrote"
+        )
+    for key in ("configs", "config"):
+        if results.get(key) is not None and not isinstance(results[key], dict):
+            raise NoResultsError(
+                f"{results_file}: '{key}' is a {type(results[key]).__name__}, not an object; "
+                "the file is not as lm_eval writes it: rerun the task"
+            )
+    return results
 
 
 def _model_args(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,35 +246,27 @@ def _read_samples(
     kinds: set[str] = set()
     splits: set[str] = set()
     notes: list[str] = []
-    opener = gzip.open if file.suffix == ".gz" else open
-    with opener(file, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReportError(f"{file}:{n}: not valid JSON ({exc.msg})") from None
-            item = _item_of(sample)
-            if item is None:
-                return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
-            if item.get("ll") is None:
-                raise ReportError(f"{file}:{n}: the per-doc values have no 'll'; rerun the task")
-            if not all(math.isfinite(float(v)) for v in item["ll"]):
-                raise ReportError(
-                    f"{file}:{n}: non-finite label log-likelihood {item['ll']}; the run is "
-                    "corrupt: run it again"
-                )
-            key = (str(item["example_id"]), int(item["pert_id"]))
-            items[key] = item
-            doc = sample.get("doc") or {}
-            if "variant" not in item and doc:  # runs logged before items named their variant
-                fmt = doc.get("format_id") if doc.get("kind") == "format" else doc.get("pert_kind")
-                item["variant"] = str(fmt)
-            kinds.add(str(doc.get("kind", "")))
-            splits.add(str(doc.get("split", "")))
-            if sample.get("doc_hash") is not None:
-                hashes[key] = str(sample["doc_hash"])
+    for n, sample in read_sample_lines(file, ReportError):
+        item = _item_of(sample)
+        if item is None:
+            return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
+        if item.get("ll") is None:
+            raise ReportError(f"{file}:{n}: the per-doc values have no 'll'; rerun the task")
+        if not all(math.isfinite(float(v)) for v in item["ll"]):
+            raise ReportError(
+                f"{file}:{n}: non-finite label log-likelihood {item['ll']}; the run is "
+                "corrupt: run it again"
+            )
+        key = (str(item["example_id"]), int(item["pert_id"]))
+        items[key] = item
+        doc = sample.get("doc") or {}
+        if "variant" not in item and doc:  # runs logged before items named their variant
+            fmt = doc.get("format_id") if doc.get("kind") == "format" else doc.get("pert_kind")
+            item["variant"] = str(fmt)
+        kinds.add(str(doc.get("kind", "")))
+        splits.add(str(doc.get("split", "")))
+        if sample.get("doc_hash") is not None:
+            hashes[key] = str(sample["doc_hash"])
     if not items:
         return None, [f"{task}: empty samples file {file.name}"]
     items = _complete(items, task, notes)
@@ -254,14 +281,42 @@ def _read_samples(
     return TaskRun(task, kind, split, items, hashes, config), notes
 
 
+def read_sample_lines(file: Path, error: type[UserError]) -> Any:
+    """``(line number, sample)`` of a samples file (``.jsonl`` or ``.jsonl.gz``); a cut or
+    corrupt file, or a line that is not a JSON object, is one line naming it."""
+    from lm_eval_robust.validate import regular_file
+
+    regular_file(file, "samples file", "rerun the task with --log_samples", error)
+    opener: Any = gzip.open if file.suffix == ".gz" else open
+    n = 0
+    try:
+        with opener(file, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    sample = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise error(f"{file}:{n}: not valid JSON ({exc.msg})") from None
+                if not isinstance(sample, dict):
+                    raise error(
+                        f"{file}:{n}: a JSON {type(sample).__name__}, not a sample object; "
+                        "the file is not as lm_eval --log_samples writes it"
+                    )
+                yield n, sample
+    except (EOFError, gzip.BadGzipFile, UnicodeDecodeError, OSError) as exc:
+        what = "cut short" if isinstance(exc, EOFError) else f"unreadable ({exc})"
+        raise error(
+            f"{file}: {what} after line {n}; copy the file again or rerun the task with "
+            "--log_samples"
+        ) from None
+
+
 def load_run(path: str | Path, label: str | None = None) -> Run:
     """Load a run from its output folder (or model subfolder, or results file)."""
     p = Path(path)
     results_file = _find_results(p)
-    try:
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise NoResultsError(f"{results_file}: not valid JSON ({exc.msg})") from None
+    results = read_results(results_file)
     stamp = results_file.stem[len("results_") :]
     folder = results_file.parent
     configs: Mapping[str, Any] = results.get("configs", {}) or {}
@@ -271,9 +326,9 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     missing: list[str] = []
     for task in task_names:
         file = folder / f"samples_{task}_{stamp}.jsonl"
-        if not file.is_file():  # archived runs may keep their samples gzipped
+        if not file.exists():  # archived runs may keep their samples gzipped
             file = file.with_name(file.name + ".gz")
-        if not file.is_file():
+        if not file.exists():
             if task in configs:
                 missing.append(task)
             continue
@@ -412,10 +467,26 @@ def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
 
 
 def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> list[Run]:
-    """Load several runs; labels default to the folder names, made unique."""
+    """Load several runs; labels default to the folder names, made unique. The same run given
+    twice, and a label that would break a table (empty, ``|``, a line break), are refused."""
     if labels is not None and len(labels) != len(paths):
         raise ReportError(f"--labels gives {len(labels)} names for {len(paths)} runs")
+    for lab in labels or []:
+        if not lab or any(c in lab for c in "|\n\r\t`"):
+            raise ReportError(
+                f"--labels name {lab!r} is empty or holds |, a backtick or a line break, which "
+                "would break the tables; use letters, digits, - _ . + and spaces"
+            )
     runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(paths)]
+    seen_files: dict[Path, str] = {}
+    for p, r in zip(paths, runs, strict=True):
+        key = r.results_file.resolve()
+        if key in seen_files:
+            raise ReportError(
+                f"{p} and {seen_files[key]} are the same run ({r.results_file.name}); give each "
+                "run once"
+            )
+        seen_files[key] = str(p)
     seen: dict[str, int] = {}
     out = []
     for r in runs:

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.metrics.certificate_checks import Verification
+from lm_eval_robust.report.cert_report import render as render_cert_rows
 from lm_eval_robust.report.estimates import (
     LABELS,
     PAIR_METRICS,
     Estimate,
     GroupSummary,
     Report,
+    TaskSummary,
 )
 from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 from lm_eval_robust.report.summary import summary_markdown
@@ -97,7 +99,7 @@ def to_markdown(report: Report) -> str:
     out += summary_markdown(report)
     out += ["## Robustness per model × task", ""]
     header = ["model", "task", "n", "K", "BAC clean", "BAC pert", "δ_drop", "maj. clean/pert"]
-    header += ["tied", "p_C", "p_H", "P_C", "P_H"]
+    header += ["tied", "certified (exact)", "plug-in p_C", "plug-in p_H", "P_C", "P_H"]
     rows = []
     for t in report.tasks:
         k = t.n_variants / max(t.n_examples, 1)
@@ -108,10 +110,18 @@ def to_markdown(report: Report) -> str:
             + [
                 f"{_one_decimal(t.maj_share_clean)}/{_one_decimal(t.maj_share_pert)}",
                 _one_decimal(t.tie_share),
+                _exact_cell(t),
             ]
             + [_estimate_cell(m[x]) for x in ("p_c", "p_h", "P_c", "P_h")]
         )
     out += [markdown_table(header, rows), ""]
+    out += [
+        "certified (exact): the finite-sample certificate, mean over random estimation/held-back "
+        "splits [interval over examples and splits], n/a below the K it needs; plug-in p_C, p_H "
+        "(and P_C, P_H from them): the certificate estimator named above on one split, at this "
+        "run's K, an estimate without a finite-sample guarantee (see Certificates over splits).",
+        "",
+    ]
     if len({p.other for p in report.pairs}) > 1:
         out += _side_by_side(report)
     if report.pairs:
@@ -172,6 +182,7 @@ def to_markdown(report: Report) -> str:
         )
     out += [markdown_table(["model", "task", "BAC_C", "n_C", "BAC_H", "n_H"], rows), ""]
     out += _check_section(report)
+    out += _splits_section(report)
     out += [
         "## Across tasks",
         "",
@@ -193,6 +204,32 @@ def to_markdown(report: Report) -> str:
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(out)
+
+
+def _exact_cell(t: TaskSummary) -> str:
+    c = t.cert_splits.get("exact")
+    if c is None:
+        return "–"
+    if not c.available:
+        need = c.reason.split("K >= ")[1].split(" ")[0] if "K >= " in c.reason else "?"
+        return f"n/a (K ≥ {need})"
+    cell = _one_decimal(100 * c.rate)
+    if math.isfinite(c.rate_low) and math.isfinite(c.rate_high) and c.rate_high > c.rate_low:
+        cell += f" [{_one_decimal(100 * c.rate_low)}, {_one_decimal(100 * c.rate_high)}]"
+    return cell
+
+
+def _splits_section(report: Report) -> list[str]:
+    rows = [(t.run, t.task, c) for t in report.tasks for c in t.cert_splits.values()]
+    if not rows:
+        return []
+    s = report.settings
+    return [
+        "## Certificates over splits, checked on held-back variants",
+        "",
+        *render_cert_rows(rows, s.cert.phi, s.n_splits),
+        "",
+    ]
 
 
 def _check_section(report: Report) -> list[str]:
@@ -318,6 +355,11 @@ def to_csv(report: Report) -> str:
             "tie_share": t.tie_share,
         }
         row.update(_prefixed_estimates("", t.metrics))
+        for rule, rs in t.cert_splits.items():
+            row[f"cert_{rule}"] = 100 * rs.rate if rs.available else math.nan
+            row[f"cert_{rule}_low"] = 100 * rs.rate_low if rs.available else math.nan
+            row[f"cert_{rule}_high"] = 100 * rs.rate_high if rs.available else math.nan
+            row[f"cert_{rule}_k"] = rs.k
         for c in t.checks:
             pre = f"check_{c.estimator}_{c.rule}_"
             row[pre + "rate"] = 100 * c.rate

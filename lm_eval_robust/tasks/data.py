@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -75,10 +74,9 @@ def _download(url: str, target: Path) -> None:
             f"could not download {url} ({exc}); point at a local copy with "
             f"--metadata data_dir=DIR or {ENV_VAR}=DIR"
         ) from None
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(payload)
-    os.replace(tmp, target)
+    from lm_eval_robust.atomic import write_file
+
+    write_file(payload, target, "the downloaded task file", DataError)
 
 
 def load_ni_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:

@@ -416,6 +416,7 @@ METRICS_PERT: tuple[str, ...] = (
     *ROBUSTNESS_METRICS,
     "p_cert_h",
     "p_cert_c",
+    "p_cert_exact",
     "pop_cert_h",
     "pop_cert_c",
 )

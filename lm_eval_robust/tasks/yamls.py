@@ -41,7 +41,7 @@ _METRIC = """  - metric: {name}
     aggregation: !function lm_eval_robust.metrics.{module}.{name}
     higher_is_better: {hib}
 """
-_CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
+_CERTIFY = {"p_cert_h", "p_cert_c", "p_cert_exact", "pop_cert_h", "pop_cert_c"}
 
 _ROBUSTNESS = set(ROBUSTNESS_METRICS)
 

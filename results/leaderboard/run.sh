@@ -27,3 +27,14 @@ done
 lm-eval-robust leaderboard runs/smollm2-135m-instruct runs/gemma-3-270m \
   runs/qwen2.5-coder-0.5b-instruct runs/qwen2.5-coder-1.5b-instruct \
   --labels "SmolLM2 135M,Gemma 3 270M,Qwen2.5-Coder 0.5B,Qwen2.5-Coder 1.5B" -o table --quiet
+# The page's screenshot (table/leaderboard_page.png): Debian's chromium, a fresh profile, no network.
+if command -v chromium >/dev/null 2>&1; then
+  prof=$(mktemp -d)
+  chromium --headless --no-sandbox --disable-gpu --disable-background-networking \
+    --disable-component-update --disable-sync --no-first-run --user-data-dir="$prof" \
+    --window-size=1450,1000 --hide-scrollbars --screenshot=table/leaderboard_page.png \
+    "file://$PWD/table/leaderboard.html" 2> /dev/null
+  python -c "from PIL import Image; p = 'table/leaderboard_page.png'; \
+Image.open(p).convert('RGB').quantize(colors=64).save(p, optimize=True)"
+  rm -rf "$prof"
+fi

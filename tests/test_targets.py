@@ -10,7 +10,7 @@ from test_report import _task_a, _task_b, _write_run
 
 from lm_eval_robust.cli import main
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.select import Criteria, candidates, read_task_list, target_tasks
+from lm_eval_robust.targets import Criteria, candidates, read_task_list, target_tasks
 
 
 def test_filters_and_ranking(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_task_lists_from_commas_or_targets_files(tmp_path: Path) -> None:
     good.write_text(json.dumps({"targets": ["ni220_text_pert"], "table": []}))
     assert read_task_list(str(good)) == ["ni220_text_pert"]
     cases = {
-        "missing.json": (None, "no such targets file"),
+        "missing.json": (None, "targets file .*missing.json not found; write it with select -o"),
         "bad.json": ("{not json", "not valid JSON"),
         "other.json": (json.dumps({"tasks": []}), "no 'targets' list"),
         "none.json": (json.dumps({"targets": []}), "no task passed the filters"),

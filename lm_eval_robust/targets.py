@@ -96,7 +96,7 @@ def candidates(
                     "give one run per task and prompt style"
                 )
             seen[(task, style)] = path
-    settings = ReportSettings(n_resamples=n_resamples)
+    settings = ReportSettings(n_resamples=n_resamples, n_splits=0)  # no certificate rates
     summaries: list[tuple[TaskSummary, Any, str]] = []
     for run, style in zip(runs, styles, strict=True):
         report = build_report([run], settings)
@@ -135,11 +135,14 @@ def target_tasks(rows: Sequence[Candidate]) -> list[str]:
 def read_task_list(value: str) -> list[str]:
     """Tasks from a comma list, or from a targets JSON file that ``select -o`` wrote."""
     if value.endswith(".json"):
+        from lm_eval_robust.validate import read_bytes
+
         path = Path(value)
+        raw = read_bytes(path, "targets file", "write it with select -o", UserError)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{path}: no such targets file; write it with select -o") from None
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not UTF-8 text; write it again with select -o") from None
         except json.JSONDecodeError as exc:
             raise UserError(
                 f"{path}: not valid JSON ({exc.msg}); write it again with select"

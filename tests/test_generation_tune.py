@@ -1,4 +1,4 @@
-"""k and λ of a layer fit chosen by held-out generation score (generation/select.py).
+"""k and λ of a layer fit chosen by held-out generation score (generation/tune.py).
 
 The generation score is a callback; here a synthetic one: a prompt's answer is right when its
 (corrected) state lies within 0.5 of its clean state along the perturbation's direction.
@@ -11,7 +11,7 @@ import pytest
 
 from lm_eval_robust.correction import CorrectionError
 from lm_eval_robust.generation.fit import LayerCorrection
-from lm_eval_robust.generation.select import GenSelectSettings, select_by_generation
+from lm_eval_robust.generation.tune import GenTuneSettings, tune_by_generation
 
 N = 6
 
@@ -52,7 +52,7 @@ def _scorer(xc, xp, pair, log=None):  # type: ignore[no-untyped-def]
 
 
 def _select(xc, xp, pair, groups, score, **kw):  # type: ignore[no-untyped-def]
-    return select_by_generation(
+    return tune_by_generation(
         xc, xp, pair, groups, score, layer=1, num_layers=4, task="t_text_pert", **kw
     )
 
@@ -99,14 +99,14 @@ def test_a_setting_that_costs_clean_score_is_refused() -> None:
 
     strict = _select(xc, xp, pair, groups, trade)
     assert strict.stats["generation_selection"]["chosen"] == "none"
-    loose = _select(xc, xp, pair, groups, trade, settings=GenSelectSettings(clean_margin=0.5))
+    loose = _select(xc, xp, pair, groups, trade, settings=GenTuneSettings(clean_margin=0.5))
     assert loose.stats["generation_selection"]["chosen"] != "none"
 
 
 def test_held_out_examples_are_never_fitted_on() -> None:
     xc, xp, pair, groups = _states(n_examples=12)
     log: list = []
-    _select(xc, xp, pair, groups, _scorer(xc, xp, pair, log), settings=GenSelectSettings(seed=3))
+    _select(xc, xp, pair, groups, _scorer(xc, xp, pair, log), settings=GenTuneSettings(seed=3))
     g = np.asarray(groups)
     held_sets = set()
     for corr, te_c, te_p in log:
@@ -150,4 +150,4 @@ def test_a_scorer_of_the_wrong_length_is_refused() -> None:
 )
 def test_bad_settings_are_refused(kw: dict) -> None:
     with pytest.raises(CorrectionError):
-        GenSelectSettings(**kw)
+        GenTuneSettings(**kw)

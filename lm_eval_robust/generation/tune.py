@@ -1,7 +1,7 @@
 """λ and k of an intermediate-layer fit chosen by a generation score on held-out train examples.
 
 ``fit --layer L --lam auto`` chooses λ by the squared error of the debiased top-``k`` shift, a
-proxy: a small error need not give better answers. :func:`select_by_generation` chooses λ and
+proxy: a small error need not give better answers. :func:`tune_by_generation` chooses λ and
 ``k`` together by what the correction is for. The train examples are dealt into grouped folds
 (an example's clean prompt and its perturbations stay in one fold, seeded); for every fold and
 every ``(k, λ_rel)`` of the grid a correction is fitted on the other folds
@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.correction import CorrectionError
+from lm_eval_robust.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
 from lm_eval_robust.fit.folds import grouped_folds
 from lm_eval_robust.generation.fit import LAM_GRID_REL, LayerCorrection, fit_layer_correction
 
 __all__ = [
-    "GenSelectSettings",
+    "GenTuneSettings",
     "Score",
-    "select_by_generation",
+    "tune_by_generation",
 ]
 
 #: ``score(correction or None, clean rows, perturbed rows) -> (clean scores, perturbed scores)``:
@@ -49,14 +50,14 @@ Score = Callable[
 
 
 @dataclass(frozen=True)
-class GenSelectSettings:
+class GenTuneSettings:
     """The grid and the rule (see the module docstring)."""
 
     ks: tuple[int, ...] = (1, 2, 4)
     lams_rel: tuple[float, ...] = LAM_GRID_REL
-    n_folds: int = 3
+    n_folds: int = DEFAULT_GEN_FOLDS
     seed: int = 0
-    clean_margin: float = 0.01
+    clean_margin: float = DEFAULT_CLEAN_MARGIN
     tie_tol: float = 1e-9
 
     def __post_init__(self) -> None:
@@ -103,7 +104,7 @@ def _lam_scale(z: np.ndarray) -> float:
     return float(np.mean(np.sum(z * z, axis=1)) + 1.0) * len(z) / (z.shape[1] + 1)
 
 
-def _choose(rows: list[_Row], settings: GenSelectSettings) -> _Row:
+def _choose(rows: list[_Row], settings: GenTuneSettings) -> _Row:
     none = rows[0]
     floor = none.mean_clean - settings.clean_margin
     for r in rows:
@@ -119,7 +120,7 @@ def _choose(rows: list[_Row], settings: GenSelectSettings) -> _Row:
     )
 
 
-def select_by_generation(
+def tune_by_generation(
     x_clean: np.ndarray,
     x_pert: np.ndarray,
     pair: Sequence[int],
@@ -129,7 +130,7 @@ def select_by_generation(
     layer: int,
     num_layers: int,
     task: str,
-    settings: GenSelectSettings = GenSelectSettings(),
+    settings: GenTuneSettings = GenTuneSettings(),
     alpha: float = 0.0,
     positions: str = "prompt",
     fingerprint: dict[str, Any] | None = None,
