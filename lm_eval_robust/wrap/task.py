@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 #: key of the stock task's full config inside a wrapped task's config (set by :mod:`.resolve`)
 BASE_KEY = "lmer_base_config"
 SUPPORTED = ("multiple_choice", "generate_until")
-_CERTIFY = {"p_cert_h", "p_cert_c", "pop_cert_h", "pop_cert_c"}
+_CERTIFY = ("p_cert_", "pop_cert_")  # certificate metrics: valid with a fixed number of choices
 _LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share", "fmt_spread"}
 _warned: set[str] = set()
 
@@ -67,16 +67,15 @@ def check_output_type(name: str, base: str, output_type: str) -> None:
 
 
 def _bac_metric_list(certificates: bool) -> list[dict[str, Any]]:
+    """Our tasks' metrics over the same per-doc values, with their aggregations."""
     out = []
     for name in METRICS_PERT:
-        if name in _CERTIFY and not certificates:
+        if name.startswith(_CERTIFY) and not certificates:
             continue
-        module = (
-            certify
-            if name in _CERTIFY
-            else robustness
-            if name in ROBUSTNESS_METRICS
-            else classification
+        module = next(
+            m
+            for m in (robustness, certify, classification)
+            if name in (ROBUSTNESS_METRICS if m is robustness else (name,)) and hasattr(m, name)
         )
         out.append(
             {
