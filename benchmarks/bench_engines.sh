@@ -36,7 +36,7 @@ res = json.load(open(sorted(glob.glob(f"{folder}/**/results_*.json", recursive=T
 task = next(iter(res["results"]))
 n = sum(1 for f in glob.glob(f"{folder}/**/samples_*.jsonl", recursive=True) for _ in open(f))
 r = res["results"][task]
-print(f"{engine},{wall},{n},{n / wall:.3f},{r['bac_clean,none']:.4f},{r['bac_pert,none']:.4f}")
+print(f"{engine},{wall},{n},{n / wall:.3f},{r['robust_bac_clean,none']:.4f},{r['robust_bac_pert,none']:.4f}")
 PY
   tail -1 "$OUT/engines.csv"
 done

@@ -54,7 +54,8 @@ def _bac(reqs: list[Any], results: list[tuple[float, bool]]) -> dict[str, float]
         by_doc.setdefault(int(req.doc_id), []).append((int(req.idx), res))
         docs[int(req.doc_id)] = req.doc
     items = [
-        process_results(docs[d], [r for _, r in sorted(by_doc[d])])["bac_pert"] for d in by_doc
+        process_results(docs[d], [r for _, r in sorted(by_doc[d])])["robust_bac_pert"]
+        for d in by_doc
     ]
     return {
         "bac_clean": 100 * bac_clean(items),

@@ -7,14 +7,21 @@ here:
   and ``pip install -e .``) calls :func:`on_import` right after ``lm_eval.models``,
   ``lm_eval.tasks`` or ``lm_eval.api.metrics`` load, so plain ``lm_eval --model debiased_hf
   --tasks ni065_format_pert`` works with no flags while ``--model hf`` and every built-in task
-  keep working (we register *after* the built-ins, never instead of them);
-* ``lm-eval-robust run ...`` calls :func:`register` explicitly before running the harness CLI;
+  keep working (we register *after* the built-ins, never instead of them). It does only what
+  bare ``lm_eval`` needs: the model names (placeholders, imported on first use), our task
+  directory, and the clustered standard errors of our aggregations. It adds nothing to lm-eval's
+  metric and aggregation registries (our YAMLs name their aggregations with ``!function``) and
+  imports nothing heavy (no scipy, torch or transformers at ``TaskManager()`` time);
+* ``lm-eval-robust run ...`` calls :func:`register` explicitly before running the harness CLI,
+  which also registers our metrics under their ``robust_`` names
+  (:mod:`lm_eval_robust.harness_names`);
 * Python users call :func:`register`, or pass ``TaskManager(include_path=task_dir())``.
 
-The entry points declared in pyproject.toml (``lm_eval.models``, ``lm_eval.tasks``, metrics and
-aggregations) have the shape of upstream's plugin guide; they point at the same objects, so a
-release that reads them finds us without the hook, and the hook then stands aside (the model is
-registered only if absent, the tasks only where the harness does not read task entry points).
+The entry points declared in pyproject.toml (``lm_eval.models``, ``lm_eval.tasks``, and the metrics
+and aggregations that ``scripts/gen_harness_names.py`` writes from the one list of names) have the
+shape of upstream's plugin guide. No supported release reads them; they point at the same objects,
+so a release that reads them finds us without the hook, and the hook then stands aside (the model
+is registered only if absent, the tasks only where the harness does not read task entry points).
 """
 
 from __future__ import annotations
@@ -232,6 +239,7 @@ def on_import(name: str, module: ModuleType) -> None:
     elif name == "lm_eval.tasks":
         register_tasks(module)
     elif name == "lm_eval.api.metrics":
-        register_metrics()
+        # Our YAMLs name their aggregations with ``!function``: lm-eval's metric registry is
+        # left as the built-ins made it (register() adds ours for YAMLs that name them alone).
         install_stderr(module)
     install_excepthook()

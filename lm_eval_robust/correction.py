@@ -27,6 +27,7 @@ import numpy as np
 
 from lm_eval_robust.errors import FIT_HINT, CorrectionError
 from lm_eval_robust.fingerprint import check_model_fingerprint
+from lm_eval_robust.harness_names import short_task
 
 from .fit.ridge import PSI_KINDS, RidgeFit, psi_dim
 
@@ -476,8 +477,11 @@ def correction_key(task_name: str) -> str:
     """The task family a correction belongs to: the harness task name without its split suffix.
 
     A correction fitted on ``ni065_format_pert_train`` applies to ``ni065_format_pert`` (test) and
-    ``ni065_format_pert_holdout``.
+    ``ni065_format_pert_holdout``. A generation task's key drops the ``robust_`` namespace too
+    (``robust_nq_open_text_pert_train`` -> ``nq_open_text_pert``), so corrections fitted before the
+    namespace and after it are found under the same key.
     """
+    task_name = short_task(task_name)
     for suffix in _SPLIT_SUFFIXES:
         if task_name.endswith(suffix):
             return task_name[: -len(suffix)]

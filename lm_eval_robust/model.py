@@ -218,10 +218,11 @@ class DebiasedHFLM(HFLM):
 
     def get_model_info(self) -> dict[str, Any]:
         """The parent's model info plus the precision of the label scores (the report refuses to
-        pair runs whose label scores differ in precision)."""
+        pair runs whose label scores differ in precision). ``model_dtype`` is spelled as ``hf``
+        writes it (``torch.float32``)."""
         info = dict(super().get_model_info())
         info["label_score_dtype"] = LABEL_SCORE_DTYPE
-        info["model_dtype"] = str(getattr(self.model, "dtype", "")).removeprefix("torch.")
+        info["model_dtype"] = str(getattr(self.model, "dtype", ""))
         if self._dtype_note:
             info["model_dtype_note"] = self._dtype_note
         return info
@@ -568,6 +569,11 @@ class DebiasedHFLM(HFLM):
         else:
             rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
         bs = self._fast_batch_size()
+        if "auto" not in str(self.batch_size):
+            # the results JSON's ``batch_sizes`` (lm-eval writes this dict's values there, as
+            # for hf's batch_size=auto): the prompts per forward really used. Under auto the
+            # dict is hf's own batch schedule and is left to it.
+            self.batch_sizes["last_positions"] = bs
         for start in range(0, len(rows), bs):
             chunk = rows[start : start + bs]
             n_keep = max(len(cont) for r in chunk for _, cont in r.requests)

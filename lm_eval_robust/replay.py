@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from lm_eval_robust.errors import UserError
+from lm_eval_robust.harness_names import short_metric
 from lm_eval_robust.replay_posthoc import ReplayError
 
 __all__ = ["ReplayError", "corrected_loglikelihoods", "replay"]
@@ -44,7 +45,7 @@ def _aggregators(task_results: Mapping[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for key in task_results:
-        name = key.split(",")[0]
+        name = short_metric(key)  # ``robust_bac_clean,none`` and an old run's ``bac_clean,none``
         for module in (classification, certify, robustness):
             fn = getattr(module, name, None)
             if callable(fn):
@@ -378,6 +379,8 @@ def _rewrite_samples(src: Path, dst: Path, fix: Any) -> list[dict[str, Any]]:
         sample["resps"] = resps
         sample["filtered_resps"] = [r[0] for r in resps]
         values = process_results(sample["doc"], [(float(v), False) for v in fixed])
+        if not any(k in sample for k in values):  # a run made before the ``robust_`` names
+            values = {short_metric(k): v for k, v in values.items()}
         sample.update(values)
         items.append(next(iter(values.values())))
         lines.append(json.dumps(sample, ensure_ascii=False))
@@ -396,11 +399,13 @@ def _aggregate(
     from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS
     from lm_eval_robust.metrics.stderr import stderr_for
 
-    task_results.setdefault("tie_share,none", math.nan)  # runs made before ties were shown
+    if not any(short_metric(k) != k.split(",")[0] for k in task_results):
+        # a run made before the ``robust_`` names, maybe also before ties were shown
+        task_results.setdefault("tie_share,none", math.nan)
     for metric, fn in _aggregators(task_results).items():
         task_results[metric] = float(fn(items))
     for key in list(task_results):
-        name = key.partition(",")[0]
+        name = short_metric(key)  # robust_bac_clean_stderr,none and bac_clean_stderr,none
         if not name.endswith("_stderr"):
             continue
         stat = name.removesuffix("_stderr")

@@ -35,13 +35,17 @@ from typing import Any
 
 import numpy as np
 from lm_eval.api.registry import register_model
-from lm_eval.models.vllm_causallms import VLLM
 
+from lm_eval_robust import vllm_alias
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.fingerprint import checkpoint_fingerprint
 from lm_eval_robust.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.offline_models import cache_dir, resolve_pretrained
 from lm_eval_robust.tasks.data import check_data_dir_env
+
+# vLLM's CPU wheel answers lm-eval's version("vllm") check only through the alias (this process)
+vllm_alias.install()
+from lm_eval.models.vllm_causallms import VLLM  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -315,8 +319,9 @@ class DebiasedVLLM(VLLM):
         except Exception:
             info = {}
         dtype = getattr(getattr(self.model, "llm_engine", None), "model_config", None)
-        info["model_dtype"] = str(getattr(dtype, "dtype", "")).removeprefix("torch.")
-        info["label_score_dtype"] = "float32" if info["model_dtype"] == "float32" else "mixed"
+        info["model_dtype"] = str(getattr(dtype, "dtype", ""))  # torch.float32, as hf writes it
+        fp32 = info["model_dtype"].removeprefix("torch.") == "float32"
+        info["label_score_dtype"] = "float32" if fp32 else "mixed"
         info["served_checkpoint"] = self._served
         return info
 

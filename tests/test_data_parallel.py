@@ -29,6 +29,7 @@ def _results(out_dir: Path) -> dict:
     return json.loads(files[0].read_text())["results"]["ni322_format_pert_train"]
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tiny_model_dir: Path, data_dir: Path, tmp_path: Path) -> None:
     from lm_eval_robust.fit.features import load_features
     from lm_eval_robust.fit.run import FitSettings, fit_features
@@ -60,7 +61,12 @@ def test_two_processes_equal_one(tiny_model_dir: Path, data_dir: Path, tmp_path:
         "rank1.safetensors",
     ]
     one, two = _results(tmp_path / "one_out"), _results(tmp_path / "two_out")
-    for key in ("bac_clean,none", "bac_pert,none", "delta_drop,none", "auc_pert,none"):
+    for key in (
+        "robust_bac_clean,none",
+        "robust_bac_pert,none",
+        "robust_delta_drop,none",
+        "robust_auc_pert,none",
+    ):
         assert one[key] == pytest.approx(two[key], abs=1e-9)
     fa = load_features(tmp_path / "one" / "ni322_format_pert_train")
     fb = load_features(tmp_path / "two" / "ni322_format_pert_train")

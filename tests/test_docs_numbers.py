@@ -29,6 +29,8 @@ CHAT = "qwen2.5-coder-1.5b_chat_all/fp32/report/report.json"
 LB = "leaderboard/table/leaderboard.json"
 CERTS = "qwen2.5-coder-1.5b_ni220_certificates/summary.json"
 SWEEP = "qwen2.5-coder-1.5b_generation/sweep.json"
+CHAT_T = "qwen2.5-coder-1.5b_chat_targets/report/report.json"
+K200 = "qwen2.5-coder-1.5b_ni220_k200/report/report.json"
 
 
 @cache
@@ -109,7 +111,9 @@ def _readme() -> list[str]:
     ridge = pair(NI220, "debiased", T220)
     worst = lb_pair("format", "bac_worst", GEMMA, Q15)
     dd = lb_pair("format", "delta_drop", GEMMA, Q15)
+    n_ex = [t["n_examples"] for t in load(NI220)["tasks"] if t["run"] == "base"]
     return [
+        f"ni220 with text perturbations ({n_ex[0]} test examples)",
         f"cost the base model {n(-drop['value'])} points of BAC [{n(drop['low'])}, "
         f"{n(drop['high'])}]",
         f"raises perturbed BAC by {n(ridge['delta_pert']['value'])} points "
@@ -156,7 +160,23 @@ def _guide() -> list[str]:
         f"the paper's plug-in {rate_ci(plug)} averaged over 50 splits (one split gave the "
         f"committed {pct(load(CERTS)['runs']['K200 base']['old_plugin_c_seed0'])} %)",
         f"the exact McNemar p is {sweep[0]['drop']['p']:.3f}",
+        f"TriviaQA (a {n(-sweep[0]['drop']['value'])}-point EM drop",
+        f"{n(_gsm8k()['clean']['value'])} → {n(_gsm8k()['pert']['value'])} EM, "
+        f"{'not ' if _gsm8k()['drop']['p'] >= 0.05 else ''}distinguishable from zero",
+        f"On ni1297 the drop is {ci(task(CHAT_T, 'base', t1297)['delta_drop'])} and ridge "
+        f"changes perturbed BAC by {ci(pair(CHAT_T, 'debiased', t1297)['delta_pert'])}",
     ]
+
+
+def _exact_k200(run: str) -> dict[str, float]:
+    (t,) = [t for t in load(K200)["tasks"] if t["run"] == run]
+    c = t["cert_splits"]["exact"]
+    return {"value": c["rate"], "low": c["rate_low"], "high": c["rate_high"]}
+
+
+def _gsm8k() -> dict[str, Any]:
+    (row,) = [r for r in load(SWEEP) if r["task"] == "gsm8k_text_pert" and r["label"] == "base"]
+    return row
 
 
 def _method() -> list[str]:
@@ -286,6 +306,10 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
         lambda: [
             f"K = 200 plug-in p_C is {rate_ci(cert('K200 base', 'plugin_c'))}",
             f"at K = 200 it certifies {rate_ci(cert('K200 base', 'exact'))} of the 21 examples",
+            *(
+                f"| {ci(_exact_k200(run), scale=100)} | "
+                for run in ("base", "debiased", "batch_cal", "clean_cal")
+            ),
         ],
     ),
 }

@@ -1,4 +1,5 @@
-"""pyproject.toml's entry points: in the shape of upstream's plugin guide, and complete."""
+"""pyproject.toml's entry points: in the shape of upstream's plugin guide (the metric ones are
+generated from the one list of names; tests/test_harness_names.py checks them)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import base64
 import hashlib
 import importlib
 import importlib.util
-import re
 import sys
 import tomllib
 import types
@@ -40,44 +40,6 @@ def test_task_entry_point_names_the_package_holding_the_yamls() -> None:
     (location,) = package.__path__
     assert (Path(location) / "_ni_yaml").is_file()
     assert (Path(location) / "ni065_format_pert.yaml").is_file()
-
-
-def test_every_yaml_metric_is_registered_with_its_aggregation() -> None:
-    from lm_eval.api.registry import get_metric, get_metric_aggregation, is_higher_better
-
-    from lm_eval_robust import harness_metrics
-
-    yaml_metrics: dict[str, tuple[str, bool]] = {}
-    pattern = re.compile(
-        r"- metric: (\w+)\n\s+aggregation: !function ([\w.]+)\n\s+higher_is_better: (\w+)"
-    )
-    for path in sorted((REPO / "task_yamls").iterdir()):
-        for name, agg, hib in pattern.findall(path.read_text(encoding="utf-8")):
-            yaml_metrics[name] = (agg, hib == "true")
-    assert len(yaml_metrics) == len(harness_metrics.METRICS) == 36
-
-    metrics = ENTRY_POINTS["lm_eval.metrics"]
-    aggregations = ENTRY_POINTS["lm_eval.aggregations"]
-    assert set(metrics) == set(yaml_metrics)
-    assert set(aggregations) == {"lmer_" + name for name in yaml_metrics}
-    for name, (agg_path, higher_is_better) in yaml_metrics.items():
-        module, _, attr = agg_path.rpartition(".")
-        real_aggregation = getattr(importlib.import_module(module), attr)
-        metric = _load(metrics[name])
-        aggregation = _load(aggregations["lmer_" + name])
-        # The entry point names exactly the decorated object (module:__name__), so a release that
-        # discovers entry points upgrades its placeholder to it instead of reporting a clash.
-        assert metrics[name] == f"{metric.__module__}:{metric.__name__}"  # type: ignore[attr-defined]
-        assert aggregations["lmer_" + name] == (
-            f"{aggregation.__module__}:{aggregation.__name__}"  # type: ignore[attr-defined]
-        )
-        assert get_metric(name) is metric
-        assert get_metric_aggregation(name) is aggregation
-        assert is_higher_better(name) is higher_is_better
-        item = {"row": 1}
-        assert metric(item) is item
-        found = next(m for m in harness_metrics.METRICS if m.name == name)
-        assert found.aggregate is real_aggregation
 
 
 def test_builtin_metrics_survive_our_registration() -> None:

@@ -52,10 +52,10 @@ def test_benjamini_hochberg_step_up() -> None:
 
 @pytest.mark.parametrize("control", ["share", "each"])
 def test_valid_at_every_k(control: str) -> None:
-    """Every K from 2 to 200: below min_k nothing is certified; from it on, the certified
-    examples' true accuracy is >= 1 - phi in at least the promised share (1 - alpha, on
-    average over replications), and an example just below 1 - phi is certified with
-    probability <= alpha."""
+    """Every K from 2 to 200, and 300, 500, 1000: below min_k nothing is certified; from it on,
+    the certified examples' true accuracy is >= 1 - phi in at least the promised share
+    (1 - alpha, on average over replications), and an example just below 1 - phi is certified
+    with probability <= alpha."""
     cfg = ExactConfig(PHI, ALPHA, control)  # type: ignore[arg-type]
     rng = np.random.default_rng(11)
     reps, e = 300, 40
@@ -63,7 +63,7 @@ def test_valid_at_every_k(control: str) -> None:
     bad = acc < 1 - PHI
     tol = 4 * math.sqrt(ALPHA * (1 - ALPHA) / reps)
     checked = 0
-    for k in range(2, 201):
+    for k in [*range(2, 201), 300, 500, 1000]:
         n = (k + 1) // 2
         succ = rng.binomial(n, acc, size=(reps, e))
         cert = np.array([certify_counts(s, np.full(e, n), cfg) for s in succ])
@@ -77,7 +77,7 @@ def test_valid_at_every_k(control: str) -> None:
             assert wrong_share.mean() <= ALPHA + tol, (k, wrong_share.mean())
         per_example = cert[:, bad].mean(axis=0)
         assert per_example.max() <= ALPHA + 2 * tol, (k, per_example.max())
-    assert checked == 200 - cfg.min_k + 1
+    assert checked == 200 - cfg.min_k + 1 + 3
 
 
 def test_global_null_at_every_allowed_k() -> None:

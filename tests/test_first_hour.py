@@ -136,6 +136,7 @@ def test_certificate_na_is_explained_once(caplog: pytest.LogCaptureFixture) -> N
     assert "not computable" in lines[0] or "need at least" in lines[0]
 
 
+@pytest.mark.slow
 def test_harness_reports_the_shots_in_the_prompt(data_dir: Path) -> None:
     from lm_eval.tasks import TaskManager
 
@@ -221,7 +222,7 @@ def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
     lm = model.DebiasedHFLM(pretrained=half, device="cpu")
     assert lm.model.dtype == torch.float32
     info = lm.get_model_info()
-    assert info["model_dtype"] == "float32"
+    assert info["model_dtype"] == "torch.float32"  # as hf writes it
     assert "dtype=auto on a CPU without native half precision" in info["model_dtype_note"]
     kept = model.DebiasedHFLM(pretrained=half, device="cpu", dtype="bfloat16")
     assert kept.model.dtype == torch.bfloat16

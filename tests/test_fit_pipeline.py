@@ -64,6 +64,7 @@ def test_correction_stats(fitted) -> None:
     assert "p_eps_L" in radii
 
 
+@pytest.mark.slow
 def test_applied_correction_equals_numpy(fitted, tiny_model_dir: Path, tmp_path: Path) -> None:
     from lm_eval_robust.fit.features import load_features
 

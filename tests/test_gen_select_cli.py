@@ -147,6 +147,7 @@ def _fit(tiny_model_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_cli_select_generation_per_layer(tiny_model_dir, data_dir, tmp_path, capsys) -> None:
     from lm_eval_robust.cli import main
 

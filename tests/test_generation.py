@@ -126,8 +126,8 @@ def test_missing_data_dir_is_one_line(tmp_path: Path) -> None:
 def test_process_results_carries_ids(data_dir: Path) -> None:
     doc = build_docs("gsm8k", "text", "test", GenConfig.from_metadata(SMALL))[-1]
     out = process_results(doc, [f" so\n#### {doc['answers'][0]}"])
-    assert set(out) == {"em_clean", "em_pert", "em_drop"}
-    item = out["em_pert"]
+    assert set(out) == {"robust_em_clean", "robust_em_pert", "robust_em_drop"}
+    item = out["robust_em_pert"]
     assert item["pert_id"] == doc["pert_id"] > 0 and item["scores"]["em"] == 1.0
 
 
@@ -167,13 +167,19 @@ def test_task_names_do_not_shadow_the_harness() -> None:
     from lm_eval_robust.generation.yamls import render_gen_yamls
 
     ours = {n[: -len(".yaml")] for n in render_gen_yamls("") if n.endswith(".yaml")}
-    assert "nq_open_text_pert" in ours and "gsm8k_clean_train" in ours and len(ours) == 16
-    builtin = set(TaskManager(include_defaults=True).all_tasks) - ours
+    assert "robust_nq_open_text_pert" in ours and "robust_gsm8k_clean_train" in ours
+    assert len(ours) == 16
+    tm = TaskManager(include_defaults=True)
+    builtin = set(tm.all_tasks) - ours
     assert not ours & builtin
     for name in ("nq_open", "gsm8k", "triviaqa"):
         assert name in builtin and name not in ours
+        # a built-in wildcard picks up none of our tasks
+        matched = set(tm.match_tasks([f"{name}*"]))
+        assert matched and not matched & ours, name
 
 
+@pytest.mark.slow
 def test_harness_run_on_tiny_model(tiny_model_dir: Path, data_dir: Path) -> None:
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -185,21 +191,22 @@ def test_harness_run_on_tiny_model(tiny_model_dir: Path, data_dir: Path) -> None
     out = lm_eval.simple_evaluate(
         model="debiased_hf",
         model_args={"pretrained": str(tiny_model_dir), "dtype": "float32", "device": "cpu"},
-        tasks=["triviaqa_text_pert", "xsum_clean"],
+        tasks=["robust_triviaqa_text_pert", "robust_xsum_clean"],
         task_manager=tm,
         batch_size=8,
         gen_kwargs={"max_gen_toks": 4},
     )
     res = out["results"]
-    tq = res["triviaqa_text_pert"]
-    assert tq["em_drop,none"] == pytest.approx(tq["em_pert,none"] - tq["em_clean,none"])
-    assert 0.0 <= tq["em_clean,none"] <= 100.0
-    xsum = {k.split(",")[0] for k in res["xsum_clean"] if "," in k}
-    assert xsum >= {"f1_clean", "rougeL_clean"} and "f1_drop" not in xsum
+    tq = res["robust_triviaqa_text_pert"]
+    drop, pert, clean = (tq[f"robust_em_{p},none"] for p in ("drop", "pert", "clean"))
+    assert drop == pytest.approx(pert - clean)
+    assert 0.0 <= clean <= 100.0
+    xsum = {k.split(",")[0] for k in res["robust_xsum_clean"] if "," in k}
+    assert xsum >= {"robust_f1_clean", "robust_rougeL_clean"} and "robust_f1_drop" not in xsum
     # clustered bootstrap standard errors, where lm-eval would write "N/A"
-    for key in ("em_clean_stderr,none", "em_drop_stderr,none"):
+    for key in ("robust_em_clean_stderr,none", "robust_em_drop_stderr,none"):
         assert isinstance(tq[key], float) and tq[key] >= 0.0, key
-    assert isinstance(res["xsum_clean"]["f1_clean_stderr,none"], float)
+    assert isinstance(res["robust_xsum_clean"]["robust_f1_clean_stderr,none"], float)
 
 
 def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
@@ -225,6 +232,26 @@ def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
     assert "| L4 p_recover | 50.0 |" in text and "| L4 δ_clean | -2.0 |" in text
     assert "| L17-all p_recover | -50.0 |" in text
     assert text.index("L4 p_recover") < text.index("L17-all p_recover")
+
+
+def test_table_reads_runs_with_old_and_new_names_alike(tmp_path: Path) -> None:
+    from lm_eval_robust.generation.table import read_runs, render
+
+    def write(root: Path, label: str, clean: float, pert: float, new: bool) -> None:
+        d = root / "runs" / f"{label}_qa" / "model"
+        d.mkdir(parents=True)
+        p = "robust_" if new else ""
+        res = {f"{p}em_clean,none": clean, f"{p}em_pert,none": pert}
+        res[f"{p}em_drop,none"] = pert - clean
+        res[f"{p}em_drop_stderr,none"] = 2.0
+        task = f"{p}nq_open_text_pert"
+        (d / "results_1.json").write_text(json.dumps({"results": {task: res}}))
+
+    for new in (False, True):
+        write(tmp_path / str(new), "base", 40.0, 20.0, new)
+        write(tmp_path / str(new), "L4", 38.0, 30.0, new)
+    old, new_ = (render(read_runs(tmp_path / str(n))) for n in (False, True))
+    assert old == new_ and "| L4 p_recover | 50.0 |" in old
 
 
 def test_table_p_recover_needs_a_drop(tmp_path: Path) -> None:

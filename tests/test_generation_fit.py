@@ -143,6 +143,7 @@ def test_identity_correction_leaves_generation_unchanged(lm) -> None:
     assert _no_hooks(lm.model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("positions", ["prompt", "generated", "all"])
 def test_batched_left_padded_generation_equals_single(lm, positions: str) -> None:
     corr = _random_correction(lm, 0, 3.0, seed=1, positions=positions)
@@ -264,6 +265,9 @@ def test_model_arg_applies_per_task_and_leaves_no_hook(lm, tiny_model_dir: Path,
     with apply_layer_correction(lm.model, corr):
         expected = lm.generate_until(_requests(PROMPTS), disable_tqdm=True)
     assert out == expected
+    # the harness name (robust_ namespace) finds the same correction
+    reqs = _requests(PROMPTS, task="robust_nq_open_text_pert")
+    assert dlm.generate_until(reqs, disable_tqdm=True) == expected
     assert _no_hooks(dlm.model)
     with pytest.raises(CorrectionError, match="no layer correction for task"):
         dlm.generate_until(_requests(PROMPTS[:1], task="xsum_text_pert"), disable_tqdm=True)

@@ -39,7 +39,8 @@ from lm_eval.tasks import TaskManager
 names = set(TaskManager().all_tasks)
 
 import lm_eval.models
-from lm_eval.api.registry import get_metric, get_model, model_registry, is_higher_better
+from lm_eval.api.registry import get_metric, get_model, is_higher_better
+from lm_eval.api.registry import metric_registry, model_registry
 
 def task_dir(value):
     spec = importlib.util.find_spec(value.split(":")[0])
@@ -49,12 +50,14 @@ eps = md.entry_points()
 print(json.dumps({
     "package": str(Path(lm_eval_robust.__file__).resolve()),
     "hook": str(Path(_lm_eval_robust_hook.__file__).resolve()),
-    "ours": sorted(names & {"ni065_format_pert", "ni_text_pert", "nq_open_text_pert"}),
+    "ours": sorted(names & {"ni065_format_pert", "ni_text_pert", "robust_nq_open_text_pert"}),
     "builtin": "arc_easy" in names,
     "model_registered": "debiased_hf" in model_registry,
     "model": get_model("debiased_hf").__name__,
-    "metric": get_metric("bac_clean").__module__,
-    "higher_is_better": [is_higher_better("bac_clean"), is_higher_better("tie_share")],
+    # the hook leaves lm-eval's metric registry alone; register() adds ours
+    "metric_before_register": "robust_bac_clean" in metric_registry,
+    "metric": (lm_eval_robust.register(), get_metric("robust_bac_clean").__module__)[1],
+    "higher_is_better": [is_higher_better(f"robust_{m}") for m in ("bac_clean", "tie_share")],
     "task_entry_points": [task_dir(ep.value) for ep in eps.select(group="lm_eval.tasks")],
 }))
 """
@@ -133,13 +136,39 @@ def test_install_gives_plain_lm_eval_our_model_and_tasks(
     home = source if editable else site
     assert Path(seen["package"]).is_relative_to(home.resolve()), seen["package"]
     assert Path(seen["hook"]).is_relative_to(home.resolve()), seen["hook"]
-    assert seen["ours"] == ["ni065_format_pert", "ni_text_pert", "nq_open_text_pert"]
+    assert seen["ours"] == ["ni065_format_pert", "ni_text_pert", "robust_nq_open_text_pert"]
     assert seen["builtin"] is True
     assert seen["model_registered"] is True
     assert seen["model"] == "DebiasedHFLM"
+    assert seen["metric_before_register"] is False
     assert seen["metric"] == "lm_eval_robust.harness_metrics"
     assert seen["higher_is_better"] == [True, False]
     # The `lm_eval.tasks` entry point resolves, as upstream's proposal does it, to our YAMLs.
     (yamls,) = seen["task_entry_points"]
     assert (Path(yamls) / "_ni_yaml").is_file()
     assert Path(yamls).is_relative_to(home.resolve())
+
+    # Uninstalling leaves nothing behind that changes another program: no .pth, no hook module,
+    # no package, and a fresh interpreter's lm-eval sees none of our names.
+    before = {p.name for p in site.iterdir()}
+    uninstall = _run([str(python), "-m", "pip", "uninstall", "-y", "lm-eval-robust"], cwd=tmp_path)
+    assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
+    left = {p.name for p in site.iterdir()}
+    ours = {n for n in left if "lm_eval_robust" in n or "lm-eval-robust" in n.replace("_", "-")}
+    assert not ours, sorted(ours)
+    assert left <= before
+    after = _run(
+        [
+            str(python),
+            "-I",
+            "-c",
+            "import sys; from lm_eval.tasks import TaskManager; "
+            "print('ni065_format_pert' in TaskManager().all_tasks, "
+            "any(m.startswith('lm_eval_robust') or m == '_lm_eval_robust_hook' "
+            "for m in sys.modules))",
+        ],
+        cwd=tmp_path,
+        HF_HUB_OFFLINE="1",
+    )
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert after.stdout.split()[-2:] == ["False", "False"]

@@ -1,7 +1,7 @@
 """The real embedded model (gemma-3-270m, from the ``[demo]`` extra) on a real perturbed task.
 
-Marked ``integration``: part of the default suite (CI installs the extra); deselect with
-``-m "not integration"`` on a machine without it.
+Marked ``integration`` and ``slow``: minutes each, so the default ``pytest`` leaves them out;
+``.ci/run`` (``-m "slow or not slow"``) runs them, and ``pytest -m integration`` alone.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +44,12 @@ def test_gemma_on_perturbed_task(gemma: str, data_dir: Path) -> None:
         limit=24,
     )
     res = out["results"]["ni322_format_pert"]
-    for key in ("bac_clean,none", "bac_pert,none", "delta_drop,none"):
+    for key in ("robust_bac_clean,none", "robust_bac_pert,none", "robust_delta_drop,none"):
         assert not math.isnan(res[key])
-    assert 0.0 <= res["bac_clean,none"] <= 1.0
-    assert res["delta_drop,none"] == pytest.approx(res["bac_pert,none"] - res["bac_clean,none"])
+    assert 0.0 <= res["robust_bac_clean,none"] <= 1.0
+    assert res["robust_delta_drop,none"] == pytest.approx(
+        res["robust_bac_pert,none"] - res["robust_bac_clean,none"]
+    )
 
 
 def test_prefix_cache_parity_float32(gemma: str, data_dir: Path) -> None:

@@ -27,6 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "lm_eval_robust.validate",
             "lm_eval_robust.offline_models",
             "lm_eval_robust.task_files",
+            "lm_eval_robust.harness_names",
+            "lm_eval_robust.vllm_alias",
         ),
     ),
     (

@@ -57,6 +57,7 @@ def trained(tiny_model_dir: Path, data_dir: Path, tmp_path_factory: pytest.TempP
     return lm, rows, adapter, folder, before
 
 
+@pytest.mark.slow
 def test_train_rows_are_the_evaluation_prompts(trained) -> None:
     lm, rows, *_ = trained
     assert len(rows) == 12 * 4  # 12 train examples x (clean + 3 perturbations)
@@ -70,6 +71,7 @@ def test_train_rows_are_the_evaluation_prompts(trained) -> None:
     assert cont[-1] in row.label_ids
 
 
+@pytest.mark.slow
 def test_training_lowers_the_train_loss_and_leaves_the_model(trained) -> None:
     lm, rows, adapter, _, before = trained
     # the base model is untouched (adapter removed, weights and flags as they were)
@@ -85,12 +87,14 @@ def test_training_lowers_the_train_loss_and_leaves_the_model(trained) -> None:
     assert _loss(lm.model, rows) == pytest.approx(base)  # detached again
 
 
+@pytest.mark.slow
 def test_seeded(tiny_model_dir: Path, trained) -> None:
     lm, rows, adapter, *_ = trained
     again = train_lora(lm.model, lm.tokenizer, rows, FAST, TASK, progress=False)
     assert again.sha256 == adapter.sha256
 
 
+@pytest.mark.slow
 def test_hook_equals_merged_weight(trained) -> None:
     lm, rows, adapter, *_ = trained
     with adapter.attached(lm.model):
@@ -107,6 +111,7 @@ def test_hook_equals_merged_weight(trained) -> None:
     assert torch.allclose(hooked, merged, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_round_trip(trained, tmp_path: Path) -> None:
     _, _, adapter, folder, _ = trained
     back = load_adapter(folder / f"{TASK}.safetensors")
@@ -122,6 +127,7 @@ def test_round_trip(trained, tmp_path: Path) -> None:
         load_adapter(bad)
 
 
+@pytest.mark.slow
 def test_adapter_changes_scores_and_needs_its_task(tiny_model_dir: Path, trained) -> None:
     _, _, _, folder, _ = trained
     reqs = _requests(TASK)
@@ -133,6 +139,7 @@ def test_adapter_changes_scores_and_needs_its_task(tiny_model_dir: Path, trained
         lm.loglikelihood(_requests("ni065_format_pert"), disable_tqdm=True)
 
 
+@pytest.mark.slow
 def test_adapter_refused_on_another_model(tiny_model_dir: Path, trained, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -147,6 +154,7 @@ def test_adapter_refused_on_another_model(tiny_model_dir: Path, trained, tmp_pat
         _lm(other, lora=str(folder))
 
 
+@pytest.mark.slow
 def test_lora_debias_fingerprint_chain(
     tiny_model_dir: Path, trained, tmp_path: Path, data_dir: Path
 ) -> None:
@@ -182,6 +190,7 @@ def test_lora_debias_fingerprint_chain(
     assert len(out) == len(_requests(TASK))
 
 
+@pytest.mark.slow
 def test_cli_trains_and_rejects_bad_input(
     tiny_model_dir: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

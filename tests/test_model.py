@@ -47,6 +47,7 @@ def _models(model_dir: Path):
     return HFLM(**kw), DebiasedHFLM(**kw)
 
 
+@pytest.mark.slow
 def test_parity_with_hf(tiny_model_dir: Path, requests: list) -> None:
     hf, ours = _models(tiny_model_dir)
     ref = hf.loglikelihood(requests, disable_tqdm=True)
@@ -57,6 +58,7 @@ def test_parity_with_hf(tiny_model_dir: Path, requests: list) -> None:
         assert ga == gb
 
 
+@pytest.mark.slow
 def test_fast_path_used_for_labels(tiny_model_dir: Path, requests: list, monkeypatch) -> None:
     from lm_eval.models.huggingface import HFLM
 

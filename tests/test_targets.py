@@ -63,6 +63,7 @@ def test_select_needs_runs_or_a_model(capsys: pytest.CaptureFixture[str]) -> Non
     assert "give either run folders or --pretrained MODEL" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_select_runs_the_screening_pass_itself(
     tiny_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:

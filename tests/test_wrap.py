@@ -288,22 +288,22 @@ def test_end_to_end_multiple_choice_and_generation(user_tasks: Path, tiny_model_
         "stock_acc_clean",
         "stock_acc_pert",
         "stock_acc_drop",
-        "bac_clean",
-        "bac_pert",
-        "delta_drop",
-        "bac_worst",
-        "consistency",
-        "fmt_spread",
-        "tie_share",
+        "robust_bac_clean",
+        "robust_bac_pert",
+        "robust_delta_drop",
+        "robust_bac_worst",
+        "robust_consistency",
+        "robust_fmt_spread",
+        "robust_tie_share",
     ):
         assert isinstance(mc[f"{key},none"], float), key
     assert isinstance(mc["stock_acc_clean_stderr,none"], float)
-    assert isinstance(mc["bac_clean_stderr,none"], float)
+    assert isinstance(mc["robust_bac_clean_stderr,none"], float)
     assert mc["stock_acc_drop,none"] == pytest.approx(
         mc["stock_acc_pert,none"] - mc["stock_acc_clean,none"]
     )
     gen = out["results"]["toy_gen_robust_text"]
-    assert "stock_exact_match_clean,none" in gen and "bac_clean,none" not in gen
+    assert "stock_exact_match_clean,none" in gen and "robust_bac_clean,none" not in gen
     # the clean score is the stock task's own number on the same docs
     plain = lm_eval.simple_evaluate(
         model="hf",

@@ -31,12 +31,13 @@ SUFFIX = "_text_pert"
 
 
 def gen_task_of(key: str) -> str:
-    """``nq_open_text_pert`` -> ``nq_open``; a one-line error for anything else."""
+    """``nq_open_text_pert`` (the key of ``robust_nq_open_text_pert``) -> ``nq_open``; a one-line
+    error for anything else."""
     from lm_eval_robust.generation.tasks import GEN_TASKS
 
     name = key[: -len(SUFFIX)] if key.endswith(SUFFIX) else ""
     if name not in GEN_TASKS:
-        names = ", ".join(f"{n}{SUFFIX}" for n in GEN_TASKS)
+        names = ", ".join(f"robust_{n}{SUFFIX}" for n in GEN_TASKS)
         raise UserError(f"--layer fits generation tasks ({names}), not {key!r}; pick one of them")
     return name
 

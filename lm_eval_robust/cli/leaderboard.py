@@ -21,7 +21,13 @@ __all__ = ["LEADERBOARD_FILES", "build_parser", "main"]
 
 #: what a leaderboard folder holds (an existing -o is replaced whole only when it holds nothing
 #: else)
-LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "*.png")
+LEADERBOARD_FILES = (
+    "leaderboard.md",
+    "leaderboard.csv",
+    "leaderboard.json",
+    "leaderboard.html",
+    "*.png",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

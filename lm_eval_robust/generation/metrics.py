@@ -26,6 +26,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lm_eval_robust.harness_names import GEN_SCORES, gen_metric_names
+
 __all__ = [
     "exact_match_any",
     "gsm8k_number",
@@ -198,11 +200,7 @@ def _aggregation(score: str, which: str) -> Callable[[Sequence[Mapping[str, Any]
 
 
 #: score names per primary metric; metric names are ``<score>_<clean|pert|drop>``
-SCORES: dict[str, tuple[str, ...]] = {
-    "em": ("em",),
-    "em_number": ("em",),
-    "f1": ("f1", "rouge1", "rouge2", "rougeL"),
-}
+SCORES: dict[str, tuple[str, ...]] = GEN_SCORES
 
 em_clean = _aggregation("em", "clean")
 em_pert = _aggregation("em", "pert")
@@ -222,6 +220,5 @@ rougeL_drop = _aggregation("rougeL", "drop")
 
 
 def metric_names(metric: str, perturbed: bool) -> tuple[str, ...]:
-    """The harness metric names of a task (clean variants report only ``*_clean``)."""
-    whiches = ("clean", "pert", "drop") if perturbed else ("clean",)
-    return tuple(f"{s}_{w}" for s in SCORES[metric] for w in whiches)
+    """The short metric names of a task (clean variants report only ``*_clean``)."""
+    return gen_metric_names(metric, perturbed)

@@ -51,6 +51,7 @@ from lm_eval_robust.defaults import DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.generation.table import LABEL as _LABEL
 from lm_eval_robust.generation.table import PRIMARY
+from lm_eval_robust.harness_names import harness, short_task
 from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
 from lm_eval_robust.metrics.paired_tests import exact_paired
 
@@ -134,9 +135,15 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_run(run: Path, task: str, score: str) -> RunSamples:
-    """The samples of ``task`` under one run folder (empty when it holds none)."""
+    """The samples of ``task`` under one run folder (empty when it holds none).
+
+    ``task`` is the name without the namespace (``gsm8k_text_pert``): runs written under the
+    current name (``robust_gsm8k_text_pert``) and under the old one are read alike.
+    """
     files = sorted(
-        f for f in run.rglob("samples_*.jsonl*") if (m := _SAMPLES.match(f.name)) and m[1] == task
+        f
+        for f in run.rglob("samples_*.jsonl*")
+        if (m := _SAMPLES.match(f.name)) and short_task(m[1]) == short_task(task)
     )
     if not files:
         return RunSamples()
@@ -147,7 +154,7 @@ def read_run(run: Path, task: str, score: str) -> RunSamples:
     pert_n: dict[str, int] = {}
     texts: dict[tuple[str, int], str] = {}
     for _, rec in _lines(files[0]):
-        item = rec.get(f"{score}_clean")
+        item = rec.get(harness(f"{score}_clean"), rec.get(f"{score}_clean"))  # new, old name
         if not isinstance(item, dict) or score not in item.get("scores", {}):
             raise SweepError(f"{files[0]}: no {score!r} score per doc; rerun with --log_samples")
         ex, pid, v = str(item["example_id"]), int(item["pert_id"]), float(item["scores"][score])

@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from lm_eval_robust.harness_names import short_metric, short_task
+
 PRIMARY = {
     "nq_open_text_pert": "em",
     "gsm8k_text_pert": "em",
@@ -42,11 +44,12 @@ def read_runs(directory: Path) -> dict[str, dict[str, dict[str, float]]]:
         for task, vals in res.items():
             # values and their clustered bootstrap standard errors (``<metric>_stderr``)
             metrics = {
-                k.split(",")[0]: float(v)
+                short_metric(k): float(v)
                 for k, v in vals.items()
                 if "," in k and isinstance(v, int | float) and not isinstance(v, bool)
             }
-            out.setdefault(m.group(1), {})[task] = metrics
+            # old runs and new ones (``robust_`` names) under the same keys
+            out.setdefault(m.group(1), {})[short_task(task)] = metrics
     return out
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from lm_eval_robust.generation.data import Record, load_records
 from lm_eval_robust.generation.metrics import SCORES, metric_names, score_generation
+from lm_eval_robust.harness_names import harness
 from lm_eval_robust.perturb.rng import seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
 from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
@@ -250,7 +251,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
         "pert_id": int(doc["pert_id"]),
         "scores": scores,
     }
-    return {m: item for m in metric_names(task.metric, doc["kind"] != "clean")}
+    return {harness(m): item for m in metric_names(task.metric, doc["kind"] != "clean")}
 
 
 def task_metric_names(name: str, perturbed: bool) -> tuple[str, ...]:

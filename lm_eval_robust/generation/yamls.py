@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lm_eval_robust.generation.metrics import metric_names
 from lm_eval_robust.generation.tasks import GEN_TASKS, GenConfig, GenTask
+from lm_eval_robust.harness_names import GEN_KINDS, gen_task_name, metric
 
 _BASE = """output_type: generate_until
 custom_dataset: !function lm_eval_robust.generation.tasks.load_dataset
@@ -29,8 +30,8 @@ metric_list:
 """
 
 _METRIC = """  - metric: {name}
-    aggregation: !function lm_eval_robust.generation.metrics.{name}
-    higher_is_better: true
+    aggregation: !function {path}
+    higher_is_better: {hib}
 """
 
 _VARIANT = """include: {template}
@@ -50,7 +51,14 @@ def _template(task: GenTask, perturbed: bool) -> str:
     return _BASE.format(
         until="".join(f"    - {_yaml_str(u)}\n" for u in task.until),
         max_gen_toks=task.max_gen_toks,
-        metrics="".join(_METRIC.format(name=m) for m in metric_names(task.metric, perturbed)),
+        metrics="".join(
+            _METRIC.format(
+                name=m.harness_name,
+                path=m.aggregation_path,
+                hib="true" if m.higher_is_better else "false",
+            )
+            for m in map(metric, metric_names(task.metric, perturbed))
+        ),
         c=GenConfig(),
     )
 
@@ -59,11 +67,12 @@ def render_gen_yamls(header: str) -> dict[str, str]:
     """File name -> content: per task two templates (clean, perturbed) and four variants."""
     files: dict[str, str] = {}
     for short, task in GEN_TASKS.items():
-        for kind, suffix, tag in (("clean", "_clean", "gen_clean"), ("text", "_text_pert", None)):
+        for kind, suffix in GEN_KINDS:
+            tag = "gen_clean" if kind == "clean" else None
             template = f"_gen_{short}{suffix}_yaml"
             files[template] = header + _template(task, kind == "text")
-            for split, split_suffix in (("test", ""), ("train", "_train")):
-                name = f"{short}{suffix}{split_suffix}"
+            for split in ("test", "train"):
+                name = gen_task_name(short, kind, split)
                 tag_name = tag or "gen_text_pert"
                 files[f"{name}.yaml"] = header + _VARIANT.format(
                     template=template,

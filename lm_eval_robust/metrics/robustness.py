@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.harness_names import ROBUSTNESS_METRICS
 from lm_eval_robust.metrics.bootstrap import bac_from_counts, jackknife_weights, resample_weights
 from lm_eval_robust.metrics.complete import complete_items
 from lm_eval_robust.metrics.ties import credit_from_shares, pred_shares
-from lm_eval_robust.tasks.ni import ROBUSTNESS_METRICS
 
 __all__ = [
     "BOOTSTRAP_STATS",

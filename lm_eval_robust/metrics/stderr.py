@@ -4,7 +4,8 @@ lm-eval computes a standard error only for aggregations it knows (``mean``, ``me
 every custom aggregation gets ``"N/A"``. :func:`stderr_for` gives the clustered bootstrap
 standard error of each of our metrics instead: examples are resampled with all their variants
 (:mod:`.robustness`), ``min(bootstrap_iters, STDERR_RESAMPLES)`` times, with a fixed seed, so the
-same run writes the same value. ``--bootstrap_iters 0`` turns them off, as for lm-eval's own.
+same run writes the same value. ``lm_eval.simple_evaluate(..., bootstrap_iters=0)`` turns them
+off, as for lm-eval's own (lm-eval 0.4.13's command line has no ``--bootstrap_iters`` flag).
 
 All metrics of a task come from one bootstrap: lm-eval calls the aggregation of each metric with
 a list of the same per-doc dicts (our ``process_results`` returns one dict under every metric
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from lm_eval_robust.harness_names import AGGREGATION_SUFFIX, short_metric
 from lm_eval_robust.metrics.bootstrap import resample_weights
 from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, Replicates, replicates, table_of
 
@@ -52,7 +54,6 @@ _GENERATION = "lm_eval_robust.generation.metrics"
 _GEN_SCORES = ("em", "f1", "rouge1", "rouge2", "rougeL")
 _GEN_PARTS = ("clean", "pert", "drop")
 _REGISTERED = "lm_eval_robust.harness_metrics"
-_REGISTERED_PREFIX = "lmer_"
 
 _cache: OrderedDict[tuple[int, int], tuple[object, Replicates]] = OrderedDict()
 
@@ -61,8 +62,8 @@ def metric_of(fn: Any) -> str | None:
     """The statistic an aggregation function computes, if it is one of ours with a bootstrap."""
     module = getattr(fn, "__module__", None)
     name = str(getattr(fn, "__name__", ""))
-    if module == _REGISTERED and name.startswith(_REGISTERED_PREFIX):
-        name = name[len(_REGISTERED_PREFIX) :]
+    if module == _REGISTERED and name.endswith(AGGREGATION_SUFFIX):  # robust_<name>_agg
+        name = short_metric(name.removesuffix(AGGREGATION_SUFFIX))
     elif module not in (*_MODULES, _GENERATION):
         return None
     return name if name in BOOTSTRAP_STATS or generation_stat(name) else None

@@ -40,7 +40,7 @@ SHOWN: tuple[tuple[str, str, float, float, bool], ...] = (
 )
 
 STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0}
 th,td{border-bottom:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
@@ -85,7 +85,7 @@ def _fmt(x: float, signed: bool = False) -> str:
 
 def _bar(c: Cell, lo: float, hi: float, noise: float | None = None) -> str:
     """An inline SVG: the axis, the interval, the estimate, and the null's mean spread."""
-    w, h = 64, 12
+    w, h = 52, 12
 
     def x(v: float) -> float:
         return max(0.0, min(float(w), (100 * v - lo) / (hi - lo) * w))

@@ -21,6 +21,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from lm_eval_robust.harness_names import (
+    NI_METRICS_CLEAN,
+    NI_METRICS_PERT,
+    harness,
+)
 from lm_eval_robust.perturb.format import (
     Enumeration,
     Format,
@@ -382,44 +387,16 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
         # accuracy and its spread (metrics.robustness)
         "variant": str(doc["format_id"] if doc["kind"] == "format" else doc["pert_kind"]),
     }
-    keys = METRICS_CLEAN if doc["kind"] == "clean" else METRICS_PERT
+    keys = _KEYS_CLEAN if doc["kind"] == "clean" else _KEYS_PERT
     return {k: item for k in keys}
 
 
-METRICS_CLEAN: tuple[str, ...] = (
-    "bac_clean",
-    "acc_clean",
-    "maj_share_clean",
-    "auc_clean",
-    "tie_share",
-)
-#: the leaderboard measures of every perturbed task (lm_eval_robust.metrics.robustness)
-ROBUSTNESS_METRICS: tuple[str, ...] = (
-    "bac_worst",
-    "consistency",
-    "fmt_best",
-    "fmt_worst",
-    "fmt_median",
-    "fmt_spread",
-)
-METRICS_PERT: tuple[str, ...] = (
-    "bac_clean",
-    "bac_pert",
-    "delta_drop",
-    "acc_clean",
-    "acc_pert",
-    "maj_share_clean",
-    "maj_share_pert",
-    "auc_clean",
-    "auc_pert",
-    "tie_share",
-    *ROBUSTNESS_METRICS,
-    "p_cert_h",
-    "p_cert_c",
-    "p_cert_exact",
-    "pop_cert_h",
-    "pop_cert_c",
-)
+#: the short names of a clean and of a perturbed task's metrics (the list is in
+#: :mod:`lm_eval_robust.harness_names`; ``process_results`` keys them by their harness names)
+METRICS_CLEAN: tuple[str, ...] = NI_METRICS_CLEAN
+METRICS_PERT: tuple[str, ...] = NI_METRICS_PERT
+_KEYS_CLEAN = tuple(harness(m) for m in METRICS_CLEAN)
+_KEYS_PERT = tuple(harness(m) for m in METRICS_PERT)
 
 
 #: content-free query texts of contextual calibration (Zhao et al. 2021)

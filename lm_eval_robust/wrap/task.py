@@ -22,6 +22,7 @@ construction and per-doc metrics. It adds only the perturbation rounds:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -30,11 +31,10 @@ from typing import Any
 
 from lm_eval.api.task import ConfigurableTask
 
-from lm_eval_robust.metrics import certify, classification, robustness
+from lm_eval_robust.harness_names import NI_METRICS_PERT, harness, metric
 from lm_eval_robust.perturb.rng import seeded_rng
 from lm_eval_robust.perturb.segments import Segment, join
 from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
-from lm_eval_robust.tasks.ni import METRICS_PERT, ROBUSTNESS_METRICS
 from lm_eval_robust.wrap import metrics as wrap_metrics
 from lm_eval_robust.wrap.names import VariantName, parse
 from lm_eval_robust.wrap.parts import (
@@ -52,8 +52,7 @@ log = logging.getLogger(__name__)
 #: key of the stock task's full config inside a wrapped task's config (set by :mod:`.resolve`)
 BASE_KEY = "lmer_base_config"
 SUPPORTED = ("multiple_choice", "generate_until")
-_CERTIFY = ("p_cert_", "pop_cert_")  # certificate metrics: valid with a fixed number of choices
-_LOWER_IS_BETTER = {"maj_share_clean", "maj_share_pert", "tie_share", "fmt_spread"}
+_CERTIFY = {"p_cert_h", "p_cert_c", "p_cert_exact", "pop_cert_h", "pop_cert_c"}
 _warned: set[str] = set()
 
 
@@ -67,21 +66,18 @@ def check_output_type(name: str, base: str, output_type: str) -> None:
 
 
 def _bac_metric_list(certificates: bool) -> list[dict[str, Any]]:
-    """Our tasks' metrics over the same per-doc values, with their aggregations."""
+    """Our tasks' measures, under their harness names (lm_eval_robust.harness_names)."""
     out = []
-    for name in METRICS_PERT:
-        if name.startswith(_CERTIFY) and not certificates:
+    for name in NI_METRICS_PERT:
+        if name in _CERTIFY and not certificates:
             continue
-        module = next(
-            m
-            for m in (robustness, certify, classification)
-            if name in (ROBUSTNESS_METRICS if m is robustness else (name,)) and hasattr(m, name)
-        )
+        m = metric(name)
+        module, _, attr = m.aggregation_path.rpartition(".")
         out.append(
             {
-                "metric": name,
-                "aggregation": getattr(module, name),
-                "higher_is_better": name not in _LOWER_IS_BETTER,
+                "metric": m.harness_name,
+                "aggregation": getattr(importlib.import_module(module), attr),
+                "higher_is_better": m.higher_is_better,
             }
         )
     return out
@@ -471,9 +467,9 @@ class WrappedTask(ConfigurableTask):
                 "margin": lls[gold] - max(others) if others else math.inf,
                 "ll": lls,
             }
-            for name in METRICS_PERT:
-                if name in self._metric_fn_list:
-                    out[name] = item
+            for name in NI_METRICS_PERT:
+                if harness(name) in self._metric_fn_list:
+                    out[harness(name)] = item
         return out
 
     def dump_config(self) -> dict[str, Any]:

@@ -14,7 +14,8 @@ QA='{"n_examples": 44, "n_train": 20, "n_perturbations": 7, "n_fit_perturbations
 XS='{"n_examples": 44, "n_train": 20, "n_perturbations": 7, "n_fit_perturbations": 4, "max_doc_words": 100}'
 XS_EVAL='{"n_examples": 32, "n_train": 20, "n_perturbations": 7, "n_fit_perturbations": 4, "max_doc_words": 100}'
 GSM='{"n_examples": 32, "n_train": 20, "n_perturbations": 7, "n_fit_perturbations": 4, "n_shots": 1}'
-QA_TASKS=nq_open_text_pert,triviaqa_text_pert
+# task names as lm_eval takes them (robust_ namespace; this folder's runs predate it and read the same)
+QA_TASKS=robust_nq_open_text_pert,robust_triviaqa_text_pert
 LAYERS="0 4 9 17"   # the sweep of an 18-layer model: first, quarter, half, last
 
 ev() {  # label group tasks metadata max_gen_toks limit [extra model args]
@@ -38,10 +39,10 @@ fit gsm8k_text_pert "$GSM"
 # 2. base and the sweep, corrections editing the last prompt token (positions=prompt, the default)
 ev base qa "$QA_TASKS" "$QA" 16 48          # 24 test examples: clean + 1 perturbation
 for L in $LAYERS; do ev "L$L" qa "$QA_TASKS" "$QA" 16 48 ",layer_correction=$OUT/corrections/L$L"; done
-ev base xsum xsum_text_pert "$XS_EVAL" 32 24  # 12 test examples: clean + 1 perturbation
-for L in $LAYERS; do ev "L$L" xsum xsum_text_pert "$XS_EVAL" 32 24 ",layer_correction=$OUT/corrections/L$L"; done
-ev base gsm8k gsm8k_text_pert "$GSM" 48 24  # 12 test examples: clean + 1 perturbation
-for L in $LAYERS; do ev "L$L" gsm8k gsm8k_text_pert "$GSM" 48 24 ",layer_correction=$OUT/corrections/L$L"; done
+ev base xsum robust_xsum_text_pert "$XS_EVAL" 32 24  # 12 test examples: clean + 1 perturbation
+for L in $LAYERS; do ev "L$L" xsum robust_xsum_text_pert "$XS_EVAL" 32 24 ",layer_correction=$OUT/corrections/L$L"; done
+ev base gsm8k robust_gsm8k_text_pert "$GSM" 48 24  # 12 test examples: clean + 1 perturbation
+for L in $LAYERS; do ev "L$L" gsm8k robust_gsm8k_text_pert "$GSM" 48 24 ",layer_correction=$OUT/corrections/L$L"; done
 
 # 3. which decode positions to edit: generated tokens, or both, at layer 4 (prompt is L4 above)
 for pos in generated all; do

@@ -32,7 +32,7 @@ if command -v chromium >/dev/null 2>&1; then
   prof=$(mktemp -d)
   chromium --headless --no-sandbox --disable-gpu --disable-background-networking \
     --disable-component-update --disable-sync --no-first-run --user-data-dir="$prof" \
-    --window-size=1450,1000 --hide-scrollbars --screenshot=table/leaderboard_page.png \
+    --window-size=1800,1000 --hide-scrollbars --screenshot=table/leaderboard_page.png \
     "file://$PWD/table/leaderboard.html" 2> /dev/null
   python -c "from PIL import Image; p = 'table/leaderboard_page.png'; \
 Image.open(p).convert('RGB').quantize(colors=64).save(p, optimize=True)"

@@ -12,7 +12,8 @@ export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 OUT=results/qwen2.5-coder-1.5b_generation
 MODEL="pretrained=qwen2.5-coder-1.5b-instruct,dtype=float32"
 META='{"n_examples": 130, "n_train": 50, "n_perturbations": 5, "n_fit_perturbations": 4, "n_shots": 1}'
-TASKS=nq_open_text_pert,triviaqa_text_pert
+# task names as lm_eval takes them (robust_ namespace; this folder's runs predate it and read the same)
+TASKS=robust_nq_open_text_pert,robust_triviaqa_text_pert
 LAYERS="0 7 14 27"
 
 ev() {  # label tasks [extra model args]
@@ -34,7 +35,7 @@ ev base "$TASKS"
 # TriviaQA first: NQ-open sits at the floor with no drop at this size (README), so its layer runs
 # can show only δ_clean
 fit triviaqa_text_pert
-for L in $LAYERS; do ev "L${L}_triviaqa" triviaqa_text_pert ",layer_correction=$OUT/corrections/L$L"; done
+for L in $LAYERS; do ev "L${L}_triviaqa" robust_triviaqa_text_pert ",layer_correction=$OUT/corrections/L$L"; done
 fit nq_open_text_pert
-for L in $LAYERS; do ev "L${L}_nq_open" nq_open_text_pert ",layer_correction=$OUT/corrections/L$L"; done
+for L in $LAYERS; do ev "L${L}_nq_open" robust_nq_open_text_pert ",layer_correction=$OUT/corrections/L$L"; done
 python -m lm_eval_robust.generation.sweep "$OUT"

@@ -13,7 +13,7 @@ META='{"n_examples": 90, "n_train": 50, "n_perturbations": 5, "n_fit_perturbatio
 [ -d "$OUT/runs/base_gsm8k" ] && exit 0
 echo "== base_gsm8k start $(date -u +%T)"
 lm_eval --model debiased_hf --model_args pretrained=qwen2.5-coder-1.5b-instruct,dtype=float32 \
-  --tasks gsm8k_text_pert --metadata "$META" --batch_size 16 --log_samples \
+  --tasks robust_gsm8k_text_pert --metadata "$META" --batch_size 16 --log_samples \
   --output_path "$OUT/runs/base_gsm8k"
 echo "== base_gsm8k end $(date -u +%T)"
 python -m lm_eval_robust.generation.sweep "$OUT"

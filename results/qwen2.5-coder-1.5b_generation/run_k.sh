@@ -26,7 +26,7 @@ FIT=(lm-eval-robust fit --task "$TASK" --pretrained qwen2.5-coder-1.5b-instruct
 ev() {  # label correction-folder
   [ -d "$OUT/runs/$1" ] && return 0
   echo "== $1 start $(date -u +%T)"
-  lm_eval --model debiased_hf --model_args "$MODEL,layer_correction=$2" --tasks "$TASK" \
+  lm_eval --model debiased_hf --model_args "$MODEL,layer_correction=$2" --tasks "robust_$TASK" \
     --metadata "$META" --gen_kwargs max_gen_toks=16 --batch_size 16 --log_samples \
     --output_path "$OUT/runs/$1"
   echo "== $1 end $(date -u +%T)"
