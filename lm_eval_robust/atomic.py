@@ -74,8 +74,9 @@ def refuse_overwrite(out: str | os.PathLike[str], flag: str, inputs: Iterable[An
     if found:  # the closest relation names the input: "is" before "holds" before "is inside"
         rank, name, path = min(found, key=lambda f: f[0])
         how = ("is", "holds", "is inside")[rank]
+        shown = str(out) or "''"
         raise OverwriteError(
-            f"{flag} {out} {how} the {name} {path}: writing it would change that input; "
+            f"{flag} {shown} {how} the {name} {path}: writing it would change that input; "
             f"choose another {flag} outside it"
         )
 
@@ -118,8 +119,8 @@ def check_replaceable(
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         )
         raise OverwriteError(
-            f"{flag} {target} holds {shown}, not written by {what}; the folder is replaced "
-            f"whole, so choose a new or empty {flag}"
+            f"{flag} {str(target) or repr('')} holds {shown}, not written by {what}; the folder "
+            f"is replaced whole, so choose a new or empty {flag}"
         )
 
 

@@ -60,9 +60,12 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.rank >= 1, f"rank must be >= 1, got {self.rank}"),
-            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
-            (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
+            (1 <= self.rank <= 1024, f"rank must be between 1 and 1024, got {self.rank}"),
+            (1 <= self.epochs <= 1000, f"epochs must be between 1 and 1000, got {self.epochs}"),
+            (
+                1 <= self.batch_size <= 4096,
+                f"batch size must be between 1 and 4096, got {self.batch_size}",
+            ),
             (math.isfinite(self.lr) and self.lr > 0, f"lr must be > 0, got {self.lr}"),
             (math.isfinite(self.alpha) and self.alpha > 0, f"alpha must be > 0, got {self.alpha}"),
             (self.layer is None or self.layer >= 0, f"layer must be >= 0, got {self.layer}"),

@@ -313,6 +313,7 @@ class DebiasedHFLM(HFLM):
         slow: list[int] = []
         ours: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(dict)
         cut: dict[str, list[int]] = defaultdict(list)  # tokens of prompts past max_length
+        cut_other: dict[str, list[int]] = defaultdict(list)  # the same, of other tasks
         for i, req in enumerate(requests):
             context, continuation = req.args
             if not context or self.backend != "causal":
@@ -324,8 +325,12 @@ class DebiasedHFLM(HFLM):
             style = self._prompt_style(req, context) if mine else "plain"
             if mine:
                 ours[(str(req.task_name), int(req.doc_id))][continuation] = cont_enc
-            if mine and len(ctx_enc) + len(cont_enc) - 1 > self.max_length:
-                cut[str(req.task_name)].append(len(ctx_enc) + len(cont_enc) - 1)
+            n_tokens = len(ctx_enc) + len(cont_enc) - 1
+            if n_tokens > self.max_length:
+                # ours and wrapped tasks are refused; another task is scored on its last
+                # max_length tokens as --model hf scores it, and counted in a warning
+                refused = mine or _is_wrapped(req)
+                (cut if refused else cut_other)[str(req.task_name)].append(n_tokens)
             if not 1 <= len(cont_enc) <= self.max_fast_tokens:
                 slow.append(i)
                 continue
@@ -344,6 +349,8 @@ class DebiasedHFLM(HFLM):
                     self._check_correction_style(key, style)
         if cut:
             raise TruncationError(_truncation_message(cut, len(requests), self.max_length))
+        if cut_other and self.rank == 0:
+            log.warning("lm-eval-robust: %s", _truncation_warning(cut_other, self.max_length))
         for (task, _doc), labels in sorted(ours.items()):
             check_label_tokens(task, labels)
         if slow:
@@ -649,7 +656,7 @@ class PromptStyleError(UserError):
 
 
 class TruncationError(UserError):
-    """Prompts of our tasks longer than the model's input window."""
+    """Prompts of our tasks (and of wrapped variants) longer than the model's input window."""
 
 
 def _truncation_message(cut: Mapping[str, list[int]], n_requests: int, max_length: int) -> str:
@@ -662,6 +669,22 @@ def _truncation_message(cut: Mapping[str, list[int]], n_requests: int, max_lengt
         f"({'; '.join(parts)}); raise max_length in --model_args (or drop it for the model's "
         "own limit), or shorten the prompts (max_doc_words, n_shots)"
     )
+
+
+def _truncation_warning(cut: Mapping[str, list[int]], max_length: int) -> str:
+    """One line: per task, how many requests only their last ``max_length`` tokens score."""
+    parts = [f"{task}: {len(n)}, longest {max(n)}" for task, n in sorted(cut.items())]
+    return (
+        f"requests longer than max_length={max_length} tokens are scored on their last "
+        f"{max_length} tokens, as --model hf scores them ({'; '.join(parts)}); raise max_length "
+        "in --model_args to score them whole"
+    )
+
+
+def _is_wrapped(req: Any) -> bool:
+    """A doc of a perturbed variant of another task (lm_eval_robust.wrap)."""
+    doc = getattr(req, "doc", None)
+    return isinstance(doc, dict) and "_lmer" in doc
 
 
 def _is_ours(req: Any) -> bool:

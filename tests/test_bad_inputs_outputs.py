@@ -634,6 +634,36 @@ CASES: list[Case] = [
         ),
         call=lambda w, fp: _lm(w, max_length=16).loglikelihood(_requests([TASK], limit=3)),
     ),
+    Case(
+        "fit-auto-seed-negative",
+        (r"--seed must be between 0 and 4294967295; got -1", r"--seed"),
+        argv=lambda w: [
+            *_fit(w, "--method", "auto", "--seed", "-1"),
+            "-o",
+            str(w / "c.safetensors"),
+        ],
+    ),
+    Case(
+        "lora-epochs-1e9",
+        (r"epochs must be between 1 and 1000, got 1000000000", r"1000"),
+        argv=lambda w: [
+            "lora",
+            "--task",
+            RUN_TASK,
+            "--pretrained",
+            str(w / "model"),
+            "--epochs",
+            "1000000000",
+            "-o",
+            str(w / "adapters"),
+        ],
+    ),
+    Case(
+        "report-o-empty-is-the-current-folder",
+        (r"-o '' holds .*, not written by report", r"choose a new or empty -o"),
+        argv=lambda w: ["report", str(w / "run"), *QUIET, "-o", ""],
+        prefix=REP,
+    ),
     # --- generation selection: refused before the model loads ---------------------------------
     Case(
         "layer-fit-max-gen-toks-negative",
@@ -697,7 +727,7 @@ def test_bad_input(
 def test_the_tables_are_large_enough() -> None:
     from test_bad_inputs_table import CASES as FIRST
 
-    assert len(CASES) >= 40
+    assert len(CASES) >= 75
     ids = [c.id for c in [*FIRST, *CASES]]
     assert len(set(ids)) == len(ids)
 

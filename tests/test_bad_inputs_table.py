@@ -757,6 +757,7 @@ def test_export_failing_mid_write_leaves_the_previous_folder(
     assert sorted(p.name for p in w.iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.slow
 def test_export_killed_mid_write(w: Path) -> None:
     """SIGKILL while writing: the previous folder stays; the next export removes the leftover."""
     out = w / "exported"

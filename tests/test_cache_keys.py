@@ -144,3 +144,41 @@ def test_generation_contexts_past_the_window_are_refused(tiny_model_dir: Path) -
     assert msg.startswith("requests longer than max_length - max_gen_toks=16 tokens")
     assert "nq_open_text_pert: 1 of 2, longest" in msg
     assert len(lm.generate_until([req("who", 1)], disable_tqdm=True)) == 1
+
+
+def test_prompts_of_other_tasks_past_max_length_are_counted_per_task(
+    tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task of lm-eval's own is scored on its last max_length tokens, as --model hf scores it,
+    and a warning counts the cut requests per task; a wrapped variant's are refused."""
+    from lm_eval.api.instance import Instance
+
+    from lm_eval_robust.model import TruncationError
+
+    def req(context: str, doc: dict[str, Any], task: str, doc_id: int) -> Any:
+        return Instance(
+            request_type="loglikelihood",
+            doc=doc,
+            arguments=(context, " yes"),
+            idx=0,
+            metadata=(task, doc_id, 1),
+        )
+
+    lm = _lm(tiny_model_dir, max_length=16)
+    long, short = "is the sky blue today " * 10, "sky?"
+    reqs = [req(long, {"q": 1}, "stock_task", 0), req(short, {"q": 2}, "stock_task", 1)]
+    with caplog.at_level("WARNING"):
+        out = lm.loglikelihood(reqs, disable_tqdm=True)
+    assert len(out) == 2 and all(np.isfinite(ll) for ll, _ in out)
+    warned = [r.getMessage() for r in caplog.records if "scored on their last" in r.getMessage()]
+    assert len(warned) == 1
+    assert "max_length=16" in warned[0] and "stock_task: 1, longest" in warned[0]
+    # at the model's own window nothing is cut and nothing is said
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _lm(tiny_model_dir).loglikelihood(reqs, disable_tqdm=True)
+    assert not [r for r in caplog.records if "scored on their last" in r.getMessage()]
+    # a perturbed variant of a stock task (wrap) is refused like our own tasks
+    wrapped = [req(long, {"q": 1, "_lmer": {"example": 0, "pert_id": 1}}, "x_robust_text", 0)]
+    with pytest.raises(TruncationError, match=r"x_robust_text: 1 of 1"):
+        lm.loglikelihood(wrapped, disable_tqdm=True)

@@ -3,6 +3,7 @@ Monte Carlo check on a linear classifier whose perturbation distribution is know
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
@@ -332,3 +333,31 @@ def test_certificate_checks_report_both_estimators() -> None:
             # certified examples hold on their held-back variants in this clean setting
             assert c.acc_certified >= 0.9 and not c.flagged
             assert c.worst_certified <= c.acc_certified
+
+
+def test_certificate_na_is_explained_once(caplog: pytest.LogCaptureFixture) -> None:
+    from lm_eval_robust.metrics import certify
+
+    items = []
+    for ex in range(4):
+        for pert in range(3):  # K = 2: one estimation shift each, no box
+            items.append(
+                {
+                    "task": "ni999_format_pert",
+                    "example_id": f"e{ex}",
+                    "pert_id": pert,
+                    "gold": ex % 2,
+                    "pred": ex % 2,
+                    "tied": False,
+                    "margin": 1.0,
+                    "ll": [0.0, -1.0 - pert] if ex % 2 == 0 else [-1.0 - pert, 0.0],
+                }
+            )
+    certify._explained.clear()
+    with caplog.at_level(logging.WARNING, logger="lm_eval_robust.metrics.certify"):
+        for fn in (certify.p_cert_h, certify.p_cert_c, certify.pop_cert_h, certify.pop_cert_c):
+            assert fn(items) != fn(items)  # NaN
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert lines[0].startswith("ni999_format_pert: p_cert_h, p_cert_c, pop_cert_h, pop_cert_c")
+    assert "not computable" in lines[0] or "need at least" in lines[0]

@@ -50,6 +50,7 @@ def test_benjamini_hochberg_step_up() -> None:
     assert benjamini_hochberg(np.array([0.01, 0.02, 0.03, 0.04]), 0.05).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("control", ["share", "each"])
 def test_valid_at_every_k(control: str) -> None:
     """Every K from 2 to 200, and 300, 500, 1000: below min_k nothing is certified; from it on,
@@ -80,6 +81,7 @@ def test_valid_at_every_k(control: str) -> None:
     assert checked == 200 - cfg.min_k + 1 + 3
 
 
+@pytest.mark.slow
 def test_global_null_at_every_allowed_k() -> None:
     """Every example just below 1 - phi: any certificate is wrong; P(any) <= alpha."""
     cfg = ExactConfig(PHI, ALPHA)

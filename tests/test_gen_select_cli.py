@@ -101,6 +101,7 @@ def test_scorer_generates_as_an_evaluation_with_layer_correction(
     assert lm._layer_corrections == {}  # nothing left installed on the scoring model
 
 
+@pytest.mark.slow
 def test_scores_follow_the_generations_and_base_is_generated_once(lm, docs) -> None:
     corr = _strong_correction(lm)
     scorer = _scorer(lm, docs)

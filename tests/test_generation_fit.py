@@ -129,6 +129,7 @@ def test_hook_removed_after_exit_and_exception(lm) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_identity_correction_leaves_generation_unchanged(lm) -> None:
     corr = _random_correction(lm, 0, 0.0)
     corr.W[:] = 0.0

@@ -1,5 +1,9 @@
 """Imports run one way: no module imports one in a higher layer (docs/architecture.md).
 
+The layers are declared once, in pyproject.toml's ``[[tool.lm_eval_robust.layers]]``;
+docs/architecture.md is checked against that declaration and lm_eval_robust/LAYERS.md is
+generated from it (scripts/gen_layers.py).
+
 Every module of the package is read with ``ast`` (nothing is imported), and every import counts:
 at module level, inside functions, and under ``if TYPE_CHECKING``. A module may import its own
 layer and the layers below it; the failure names each import that reaches up.
@@ -8,167 +12,47 @@ layer and the layers below it; the failure names each import that reaches up.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import re
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "lm_eval_robust"
 
-#: bottom to top; ``pkg.*`` names a package and every module in it
+
+def _gen_layers() -> ModuleType:
+    """scripts/gen_layers.py: reads the declaration (pyproject.toml) and writes LAYERS.md."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("gen_layers")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+gen_layers = _gen_layers()
+
+#: bottom to top, as pyproject.toml's ``[[tool.lm_eval_robust.layers]]`` declares them;
+#: ``pkg.*`` names a package and every module in it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "base",
-        (
-            "lm_eval_robust.errors",
-            "lm_eval_robust.defaults",
-            "lm_eval_robust.atomic",
-            "lm_eval_robust.validate",
-            "lm_eval_robust.offline_models",
-            "lm_eval_robust.task_files",
-            "lm_eval_robust.harness_names",
-            "lm_eval_robust.vllm_alias",
-        ),
-    ),
-    (
-        "task",
-        (
-            "lm_eval_robust.perturb.*",
-            "lm_eval_robust.tasks",
-            "lm_eval_robust.tasks.settings",
-            "lm_eval_robust.tasks.specs",
-            "lm_eval_robust.tasks.data",
-            "lm_eval_robust.tasks.ni",
-            "lm_eval_robust.tasks.harness_task",
-            "lm_eval_robust.generation",
-            "lm_eval_robust.generation.data",
-            "lm_eval_robust.generation.metrics",
-            "lm_eval_robust.generation.tasks",
-            "lm_eval_robust.wrap",
-            "lm_eval_robust.wrap.names",
-            "lm_eval_robust.wrap.settings",
-            "lm_eval_robust.wrap.parts",
-            "lm_eval_robust.wrap.local_data",
-            "lm_eval_robust.wrap.convert",
-        ),
-    ),
-    (
-        "requests",
-        (
-            "lm_eval_robust.tasks.yamls",
-            "lm_eval_robust.generation.yamls",
-        ),
-    ),
-    (
-        "model + correction",
-        (
-            "lm_eval_robust.heads",
-            "lm_eval_robust.fit",
-            "lm_eval_robust.fit.ridge",
-            "lm_eval_robust.fit.folds",
-            "lm_eval_robust.fingerprint",
-            "lm_eval_robust.correction",
-            "lm_eval_robust.debias",
-            "lm_eval_robust.lora",
-            "lm_eval_robust.lora_train",
-            "lm_eval_robust.prefix_cache",
-            "lm_eval_robust.generation.layers",
-            "lm_eval_robust.generation.fit",
-            "lm_eval_robust.generation.tune",
-            "lm_eval_robust.generation.gen_score",
-            "lm_eval_robust.cpu_dtype",
-            "lm_eval_robust.feature_shards",
-            "lm_eval_robust.cache_keys",
-            "lm_eval_robust.feature_collector",
-            "lm_eval_robust.label_scores",
-            "lm_eval_robust.model",
-            "lm_eval_robust.export",
-            "lm_eval_robust.vllm_model",
-        ),
-    ),
-    (
-        "per-doc values",
-        (
-            "lm_eval_robust.fit.features",
-            "lm_eval_robust.metrics",
-            "lm_eval_robust.metrics.ties",
-            "lm_eval_robust.metrics.complete",
-            "lm_eval_robust.report.pairing",
-        ),
-    ),
-    (
-        "aggregation",
-        (
-            "lm_eval_robust.metrics.classification",
-            "lm_eval_robust.metrics.margins",
-            "lm_eval_robust.metrics.certificates",
-            "lm_eval_robust.metrics.certificate_checks",
-            "lm_eval_robust.metrics.certify",
-            "lm_eval_robust.metrics.bootstrap",
-            "lm_eval_robust.metrics.robustness",
-            "lm_eval_robust.metrics.stderr",
-            "lm_eval_robust.metrics.exact_cert",
-            "lm_eval_robust.metrics.cert_splits",
-            "lm_eval_robust.metrics.spread_null",
-            "lm_eval_robust.metrics.paired_tests",
-            "lm_eval_robust.fit.radii",
-            "lm_eval_robust.fit.ridge_cv",
-            "lm_eval_robust.fit.constant",
-            "lm_eval_robust.fit.clean_cal",
-            "lm_eval_robust.fit.measure",
-            "lm_eval_robust.fit.run",
-            "lm_eval_robust.fit.auto",
-            "lm_eval_robust.wrap.metrics",
-        ),
-    ),
-    (
-        "registration",
-        (
-            "lm_eval_robust.harness_logs",
-            "lm_eval_robust.harness_metrics",
-            "lm_eval_robust.wrap.task",
-            "lm_eval_robust.wrap.resolve",
-            "lm_eval_robust._plugin",
-            "lm_eval_robust",
-            "_lm_eval_robust_hook",
-        ),
-    ),
-    (
-        "report",
-        (
-            "lm_eval_robust.report.*",
-            "lm_eval_robust.targets",
-            "lm_eval_robust.replay_posthoc",
-            "lm_eval_robust.replay",
-            "lm_eval_robust.generation.table",
-            "lm_eval_robust.generation.sweep",
-        ),
-    ),
-    ("commands", ("lm_eval_robust.cli.*",)),
+    (layer.name, layer.modules) for layer in gen_layers.declared_layers(ROOT)
 ]
 
 
 def module_files() -> dict[str, Path]:
     """Every module of the package (and the start-up hook) by dotted name."""
-    out = {"_lm_eval_robust_hook": ROOT / "_lm_eval_robust_hook.py"}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
+    return dict(gen_layers.module_files(ROOT))
 
 
 def layer_of(module: str) -> int:
     """Index of the module's layer (a ``KeyError`` for a module no layer names)."""
     for i, (_, members) in enumerate(LAYERS):
-        for m in members:
-            pkg = m.removesuffix(".*")
-            if module == m or (
-                m.endswith(".*") and (module == pkg or module.startswith(pkg + "."))
-            ):
-                return i
+        if any(gen_layers.matches(m, module) for m in members):
+            return i
     raise KeyError(module)
 
 
@@ -215,7 +99,15 @@ def test_every_module_has_a_layer() -> None:
             layer_of(module)
         except KeyError:
             missing.append(module)
-    assert not missing, f"give these modules a layer in tests/test_layers.py: {missing}"
+    assert not missing, (
+        f"give these modules a layer in pyproject.toml [[tool.lm_eval_robust.layers]]: {missing}"
+    )
+
+
+def test_a_module_outside_the_declaration_has_no_layer() -> None:
+    with pytest.raises(KeyError):
+        layer_of("lm_eval_robust.not_declared")
+    assert LAYERS[layer_of("lm_eval_robust.report.not_declared")][0] == "report"  # `report.*`
 
 
 def test_every_named_module_exists() -> None:
@@ -259,13 +151,72 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
-def test_layers_are_the_documented_ones() -> None:
-    """docs/architecture.md lists the layers in the order this test checks."""
-    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    doc = doc[doc.index("Bottom to top:") :]
-    positions = [doc.find(f"**{name}**") for name, _ in LAYERS]
-    assert -1 not in positions, "every layer is named in bold in docs/architecture.md"
-    assert positions == sorted(positions), "the doc lists the layers bottom to top"
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def doc_layers(doc: str) -> list[tuple[str, str]]:
+    """(layer name, its paragraph) for each numbered layer of the doc's layer list, in order."""
+    listing = doc[doc.index("Bottom to top:") :].split("\n\n")[1]
+    out = []
+    for item in re.split(r"^\d+\. ", listing, flags=re.M)[1:]:
+        head = re.match(r"\*\*(.+?)\*\*", item)
+        assert head, f"a layer in docs/architecture.md starts with its name in bold: {item[:60]!r}"
+        out.append((head.group(1), item))
+    return out
+
+
+def doc_name(module: str) -> str:
+    """How docs/architecture.md names a module: without the package prefix."""
+    return module.removeprefix(PACKAGE + ".")
+
+
+def doc_problems(doc: str) -> list[str]:
+    """Declared modules a layer's paragraph leaves out, and modules named in the wrong layer."""
+    home = {doc_name(m): name for name, members in LAYERS for m in members}
+    out = []
+    for (name, members), (_, text) in zip(LAYERS, doc_layers(doc), strict=True):
+        named = set(re.findall(r"`([^`]+)`", text))
+        out += [f"{name} leaves out `{doc_name(m)}`" for m in members if doc_name(m) not in named]
+        out += [
+            f"{name} names `{n}`, a module of {home[n]}"
+            for n in sorted(named)
+            if home.get(n, name) != name
+        ]
+    return out
+
+
+def test_the_doc_lists_the_declared_layers_in_order() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert [name for name, _ in doc_layers(doc)] == [name for name, _ in LAYERS]
+
+
+def test_the_doc_names_each_module_in_its_own_layer() -> None:
+    """Each layer's paragraph names every module of the layer, and none of another layer."""
+    found = doc_problems(DOC.read_text(encoding="utf-8"))
+    assert not found, "docs/architecture.md disagrees with pyproject.toml:\n" + "\n".join(found)
+
+
+def test_the_doc_check_sees_a_missing_and_a_misplaced_module() -> None:
+    """`model` moved from its own paragraph into the task paragraph is reported twice."""
+    doc = DOC.read_text(encoding="utf-8")
+    layers = doc_layers(doc)
+    task = dict(layers)["task"]
+    model = dict(layers)["model + correction"]
+    assert "`model`" in model
+    moved = doc.replace(model, model.replace("`model`", "model")).replace(
+        task, task.replace("**task**", "**task** (`model`)")
+    )
+    assert doc_problems(moved) == [
+        "task names `model`, a module of model + correction",
+        "model + correction leaves out `model`",
+    ]
+
+
+def test_layers_md_is_current() -> None:
+    path = ROOT / gen_layers.LAYERS_MD
+    assert path.is_file() and path.read_text("utf-8") == gen_layers.current(ROOT), (
+        "run: python scripts/gen_layers.py"
+    )
 
 
 def test_model_args_listed_for_validation_match_the_model() -> None:

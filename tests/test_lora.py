@@ -199,7 +199,7 @@ def test_cli_trains_and_rejects_bad_input(
     base = ["lora", "--pretrained", str(tiny_model_dir), "--model-args", "dtype=float32"]
     base += ["--metadata", json.dumps(MD)]
     assert main([*base, "--task", TASK, "--rank", "0", "-o", str(tmp_path)]) == 2
-    assert "rank must be >= 1" in capsys.readouterr().err
+    assert "rank must be between 1 and 1024, got 0" in capsys.readouterr().err
     assert main([*base, "--task", "ni322", "-o", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         "lm-eval-robust: error: --task ni322 is a clean task; use ni322_format_pert or "

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+from lm_eval_robust.errors import UserError
 
 pytest.importorskip("lm_eval")  # a hard dependency; importorskip only makes the failure readable
 
@@ -191,3 +194,84 @@ def test_progress_bar_counts_prompts(tiny_model_dir: Path, monkeypatch: pytest.M
     assert len(out) == 4
     assert seen["total"] == 2 and seen["n"] == 2 and seen["unit"] == "prompt"
     assert "2 distinct model inputs" in str(seen["desc"])
+
+
+def test_unknown_model_refused_before_any_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    def no_load(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(HFLM, "__init__", no_load)
+    with pytest.raises(UserError, match="did you mean gemma-3-270m"):
+        DebiasedHFLM(pretrained="gemma-3-207m")
+
+
+def test_missing_data_dir_refused_before_the_model_loads(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_robust.model import DebiasedHFLM
+
+    def no_load(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(HFLM, "__init__", no_load)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LM_EVAL_ROBUST_DATA_DIR", "../shared/data-missing")
+    with pytest.raises(UserError) as err:
+        DebiasedHFLM(pretrained=str(tiny_model_dir))
+    msg = str(err.value)
+    assert "from LM_EVAL_ROBUST_DATA_DIR does not exist" in msg
+    assert f"tried {(tmp_path / '../shared/data-missing').resolve()} from {tmp_path}" in msg
+
+
+def _half_copy(src: Path, dst: Path) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["dtype"] = "bfloat16"
+    config.pop("torch_dtype", None)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def test_cpu_dtype_default(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lm_eval_robust import cpu_dtype
+
+    half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu"}) == "float32"
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu", "dtype": "auto"}) == "float32"
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu", "dtype": "bfloat16"}) is None
+    full = str(tiny_model_dir)
+    if cpu_dtype.checkpoint_dtype(full) not in ("bfloat16", "float16"):
+        assert cpu_dtype.cpu_dtype_default(full, {"device": "cpu"}) is None
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: True)
+    assert cpu_dtype.cpu_dtype_default(half, {"device": "cpu"}) is None
+
+
+def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from lm_eval_robust import cpu_dtype, model
+
+    half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
+    monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)
+    lm = model.DebiasedHFLM(pretrained=half, device="cpu")
+    assert lm.model.dtype == torch.float32
+    info = lm.get_model_info()
+    assert info["model_dtype"] == "torch.float32"  # as hf writes it
+    assert "dtype=auto on a CPU without native half precision" in info["model_dtype_note"]
+    kept = model.DebiasedHFLM(pretrained=half, device="cpu", dtype="bfloat16")
+    assert kept.model.dtype == torch.bfloat16
+    assert "model_dtype_note" not in kept.get_model_info()

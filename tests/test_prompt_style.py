@@ -102,3 +102,24 @@ def test_correction_fitted_on_plain_prompts_is_refused_on_chat(
     save(corr, tmp_path / "c" / "ni1284_format_pert.safetensors")
     with pytest.raises(CorrectionError, match="fitted on plain-style prompts"):
         _evaluate(chat_model_dir, data_dir, chat=True, md={}, correction=str(tmp_path / "c"))
+
+
+@pytest.mark.slow
+def test_harness_reports_the_shots_in_the_prompt(data_dir: Path) -> None:
+    from lm_eval.tasks import TaskManager
+
+    import lm_eval_robust
+
+    tm = TaskManager(
+        include_path=lm_eval_robust.task_dir(),
+        metadata={"n_examples": 20, "n_perturbations": 1, "n_shots": 1, "data_dir": str(data_dir)},
+    )
+    task = tm.load(["ni065_format_pert"])["tasks"]["ni065_format_pert"]
+    assert task.get_config("num_fewshot") == 0  # the harness adds no demonstrations
+    # the table's n-shot column: the shots the docs were built with (0.4.11 keeps the YAML's
+    # metadata in the task config and builds the docs from it; later releases merge ours)
+    shots = int(task.config.metadata["n_shots"])
+    assert shots in (1, 2)
+    assert task.dump_config()["num_fewshot"] == shots
+    prompt = task.doc_to_text(task.eval_docs[0])
+    assert isinstance(prompt, str) and prompt

@@ -4,6 +4,7 @@ across tasks of the paired metrics, computed from the same per-task values the r
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -82,7 +83,10 @@ def test_fit_radius_change_is_averaged_over_the_tasks_that_have_it(tmp_path: Pat
 def test_a_run_with_fewer_tasks_than_another(tmp_path: Path) -> None:
     """Each run is summarised over its own pairs; a task another run has does not matter."""
     base, deb = _runs(tmp_path)
-    runs = pairing.label_runs([base, deb, deb], ["base", "all", "one"])
+    # a copy of the debiased run (the same folder twice is refused as one run given twice)
+    one = tmp_path / "one"
+    shutil.copytree(deb, one)
+    runs = pairing.label_runs([base, deb, one], ["base", "all", "one"])
     only = sorted(runs[2].tasks)[0]
     runs[2] = replace(runs[2], tasks={only: runs[2].tasks[only]}, fits={only: {"p_eps_V": 7.0}})
     runs[1] = replace(runs[1], fits={t: {"p_eps_V": 40.0} for t in runs[1].tasks})

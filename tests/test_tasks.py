@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lm_eval_robust.errors import UserError
 from lm_eval_robust.tasks.data import DataError
 from lm_eval_robust.tasks.ni import NIConfig, TaskConfigError, build_docs, load_task_data
 from lm_eval_robust.tasks.specs import TASK_ORDER, get_spec
@@ -149,3 +150,13 @@ def test_yamls_in_sync_with_generator() -> None:
     expected = render_yamls()
     on_disk = {p.name: p.read_text(encoding="utf-8") for p in here.iterdir() if "yaml" in p.name}
     assert on_disk == expected, "run: python -m lm_eval_robust.tasks.yamls task_yamls"
+
+
+def test_data_dir_from_metadata_names_its_source(tmp_path: Path) -> None:
+    from lm_eval_robust.tasks.data import resolve_data_dir
+
+    with pytest.raises(UserError, match="from --metadata data_dir does not exist"):
+        resolve_data_dir(str(tmp_path / "absent"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is not a folder"):
+        resolve_data_dir(str(tmp_path / "file"))

@@ -269,6 +269,7 @@ def test_offline_dataset_missing_is_one_line(
     assert "\n" not in str(err.value) and "local_data" in str(err.value)
 
 
+@pytest.mark.slow
 def test_end_to_end_multiple_choice_and_generation(user_tasks: Path, tiny_model_dir: Path) -> None:
     """Both output types through the harness: the stock metric's clean/perturbed/drop and the
     BAC family, each with a clustered stderr in the results."""
@@ -388,6 +389,7 @@ def test_label_offset_debiasing_fixed_labels_only() -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_stock_bigbench_and_gsm8k_offline(tmp_path: Path, data_dir: Path) -> None:
     """lm-eval's own bigbench_*_multiple_choice and gsm8k configs, pointed at local copies: the
     wrapped clean requests are the stock task's requests for the same docs."""

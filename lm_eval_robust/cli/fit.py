@@ -194,6 +194,9 @@ def _fit_one(args: argparse.Namespace) -> int:
 
         return fit_layers(args, correction_key(args.task))
     key = perturbed_task(args.task)  # unknown or misspelt task: one line before any work
+    from lm_eval_robust.validate import check_seed
+
+    check_seed(args.seed)
     _refuse_layer_flags(args)
     from lm_eval_robust.tasks.ni import NIConfig
 
