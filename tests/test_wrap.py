@@ -436,6 +436,7 @@ def _lm_eval(*args: str, cwd: Path) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_cli_run_feeds_the_leaderboard(
     user_tasks: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -471,6 +472,7 @@ def test_cli_run_feeds_the_leaderboard(
     assert row is not None and row.n_examples == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "message"),
     [
