@@ -422,3 +422,80 @@ def test_stock_bigbench_and_gsm8k_offline(tmp_path: Path, data_dir: Path) -> Non
             assert len(pert) == len(clean) and all(
                 p[0] != c[0] or p[1] != c[1] for p, c in zip(pert, clean, strict=True)
             )
+
+
+def _lm_eval(*args: str, cwd: Path) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("lm_eval")
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.mark.slow
+def test_cli_run_feeds_the_leaderboard(
+    user_tasks: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """``lm_eval --tasks <task>_robust_format`` from a user's --include_path, logged, read by the
+    leaderboard like our own tasks."""
+    from lm_eval_robust.report.leaderboard import build_leaderboard
+    from lm_eval_robust.report.pairing import load_run
+
+    out = tmp_path / "run"
+    proc = _lm_eval(
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={tiny_model_dir},dtype=float32",
+        "--device",
+        "cpu",
+        "--include_path",
+        str(user_tasks),
+        "--tasks",
+        "toy_mc_robust_format",
+        "--metadata",
+        '{"n_perturbations": 2}',
+        "--output_path",
+        str(out),
+        "--log_samples",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = load_run(next(out.iterdir()))
+    assert run.tasks["toy_mc_robust_format"].kind == "format"
+    board = build_leaderboard([run], n_resamples=200)
+    row = board.row(run.label, "format", "toy_mc_robust_format")
+    assert row is not None and row.n_examples == 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("toy_nothing_robust_text", "lm-eval knows no task 'toy_nothing'"),
+        ("toy_rolling_robust_format", "perturbed variants exist for multiple_choice"),
+        ("toy_group_robust_text", "toy_group is a group"),
+    ],
+)
+def test_cli_bad_names_one_line_before_the_model(
+    user_tasks: Path, tmp_path: Path, task: str, message: str
+) -> None:
+    proc = _lm_eval(
+        "--model",
+        "hf",
+        "--model_args",
+        "pretrained=/nonexistent/model",
+        "--include_path",
+        str(user_tasks),
+        "--tasks",
+        task,
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if "lm-eval-robust: error:" in ln]
+    assert len(lines) == 1 and message in lines[0], proc.stderr[-1500:]
+    assert "Traceback" not in proc.stderr and "/nonexistent/model" not in proc.stderr

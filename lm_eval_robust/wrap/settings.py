@@ -31,7 +31,10 @@ class WrapSettings:
     this many examples of the split, kept in the task's order (0: all); ``format_pool``: formats
     sampled per task before the disjoint 50/35/15 train/test/hold-out split; ``text_*``: as the
     NI tasks;
-    ``local_data``: a folder of local copies of the task's data (:mod:`.local_data`).
+    ``local_data``: a folder of local copies of the task's data (:mod:`.local_data`);
+    ``design``: ``crossed`` (default: the j-th perturbation of every example is the same format,
+    or the same text-perturbation kind, so variants are compared on the same examples) or
+    ``nested`` (each example draws its own).
     """
 
     n_perturbations: int = 8
@@ -42,6 +45,7 @@ class WrapSettings:
     text_kinds: tuple[str, ...] = ("zero_width", "confusable", "markup", "typo")
     text_scope: str = "query"
     local_data: str | None = None
+    design: str = "crossed"
 
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any] | None) -> WrapSettings:
@@ -54,7 +58,11 @@ class WrapSettings:
             md, cls.text_kinds, cls.text_rate, cls.text_scope, WrapError
         )
         local = md.get("local_data")
+        design = str(md.get("design", cls.design)).strip().lower()
+        if design not in ("crossed", "nested"):
+            raise WrapError(f"unknown design {design!r}; use crossed or nested")
         return cls(
+            design=design,
             n_perturbations=as_int("n_perturbations", 1),
             n_examples=as_int("n_examples", 0),
             seed=as_int("seed", 0),

@@ -157,6 +157,7 @@ class WrappedTask(ConfigurableTask):
                 "lmer_wrap_of": variant.base,
                 "lmer_kind": variant.kind,
                 "lmer_split": variant.split,
+                "design": self.settings.design,
             },
         }
         for key in ("tag", "group", "task_alias"):
@@ -318,7 +319,10 @@ class WrappedTask(ConfigurableTask):
 
     def _text(self, ctx: str, i: int, j: int) -> tuple[str, str]:
         s = self.settings
-        cfg = TextPerturbConfig(kinds=s.text_kinds, rate=s.text_rate, scope=s.text_scope)
+        kinds = s.text_kinds
+        if s.design == "crossed":  # the j-th perturbation is of the same kind for every example
+            kinds = (kinds[(j - 1) % len(kinds)],)
+        cfg = TextPerturbConfig(kinds=kinds, rate=s.text_rate, scope=s.text_scope)
         rng = seeded_rng("wrap-text", self.variant.base, s.seed, i, j)
         segs, kind = perturb_segments(self._segments(ctx, i), cfg, rng)
         return join(segs), kind
@@ -337,7 +341,8 @@ class WrappedTask(ConfigurableTask):
         elif self.variant.kind == "format" and find_parts(ctx).found:
             formats = self.formats
             order = list(range(len(formats)))
-            seeded_rng("wrap-format-schedule", self.variant.base, self.settings.seed, i).shuffle(
+            who: tuple[int, ...] = () if self.settings.design == "crossed" else (i,)
+            seeded_rng("wrap-format-schedule", self.variant.base, self.settings.seed, *who).shuffle(
                 order
             )
             out = None
