@@ -21,6 +21,7 @@ PARSED = [
     "plan",
     "select",
     "lora",
+    "wrap",
 ]
 
 
@@ -58,7 +59,7 @@ def test_unknown_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert captured.out == ""
     assert captured.err == (
         "lm-eval-robust: error: unknown command 'frobnicate'; did you mean 'fit'? (commands: "
-        "run, perturb, fit, export, replay, report, leaderboard, plan, select, lora; see "
+        "run, perturb, fit, export, replay, report, leaderboard, plan, select, lora, wrap; see "
         "lm-eval-robust "
         "--help)\n"
     )
