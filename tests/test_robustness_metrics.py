@@ -227,3 +227,34 @@ def test_other_engines_model_args_pass_the_metadata_check() -> None:
     assert NIConfig.from_metadata(md).n_examples == 12
     with pytest.raises(TaskConfigError, match="unknown setting 'n_exampels'"):
         NIConfig.from_metadata({**md, "n_exampels": 12})
+
+
+@pytest.mark.slow
+def test_leaderboard_group_row_averages_the_finite_sample_certificate(
+    tiny_model_dir: Path, data_dir: Path
+) -> None:
+    """The preset's group row: means over its tasks, the certified share the finite-sample one,
+    NaN (n/a) at the preset's K = 8 rather than a plug-in number without its guarantee."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_robust._plugin import register, task_dir
+
+    register()
+    tm = TaskManager(include_path=task_dir(), include_defaults=False)
+    out = lm_eval.simple_evaluate(
+        model="debiased_hf",
+        model_args={"pretrained": str(tiny_model_dir), "device": "cpu"},
+        tasks=["ni_leaderboard_format"],
+        task_manager=tm,
+        batch_size=8,
+        limit=18,
+        bootstrap_iters=100,
+    )
+    group = {short_metric(k): v for k, v in out["groups"]["ni_leaderboard_format"].items()}
+    assert math.isnan(group["p_cert_exact"])
+    assert "p_cert_h" not in group
+    tasks = [t for t in out["results"] if t.endswith("_format_lb")]
+    assert len(tasks) == 10
+    per_task = [out["results"][t]["robust_bac_clean,none"] for t in tasks]
+    assert group["bac_clean"] == pytest.approx(float(np.mean(per_task)))
