@@ -33,7 +33,7 @@ Beside the measures, every row carries what a reader needs to take them at their
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +41,13 @@ import numpy as np
 from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
 from lm_eval_robust.metrics.bootstrap import bca_interval
-from lm_eval_robust.metrics.cert_splits import RuleSummary, SplitFlags, split_flags, summarize
+from lm_eval_robust.metrics.cert_splits import (
+    RULES,
+    RuleSummary,
+    SplitFlags,
+    split_flags,
+    summarize,
+)
 from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.metrics.robustness import (
     BOOTSTRAP_STATS,
@@ -133,6 +139,19 @@ class Leaderboard:
             if (r.model, r.kind, r.task) == (model, kind, task):
                 return r
         return None
+
+    def mean_certificates(self) -> Iterator[tuple[str, str, RuleSummary]]:
+        """``(kind, model, summary)`` of every certificate rule of the mean rows, in the order
+        the tables show them (kinds, then models, then :data:`RULES`)."""
+        for kind in self.kinds:
+            for model in self.models:
+                r = self.row(model, kind)
+                if r is None:
+                    continue
+                for rule in RULES:
+                    c = r.certs.get(rule)
+                    if c is not None:
+                        yield kind, model, c
 
 
 def _base_task(task: str) -> str:

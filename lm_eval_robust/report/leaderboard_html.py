@@ -224,33 +224,25 @@ def _comparisons(lb: Leaderboard) -> str:
 
 def _certificates(lb: Leaderboard) -> str:
     rows = []
-    for kind in lb.kinds:
-        for m in lb.models:
-            r = lb.row(m, kind)
-            if r is None:
-                continue
-            for rule in ("exact", "plugin_c", "plugin_h"):
-                c = r.certs.get(rule)
-                if c is None:
-                    continue
-                if not c.available:
-                    rows.append(
-                        f'<tr><td class="l">{_e(kind)}</td><td class="l">{_e(m)}</td>'
-                        f'<td class="l">{_e(c.label)}</td><td class="l na" colspan="5">'
-                        f"{_e(c.reason)}</td></tr>"
-                    )
-                    continue
-                cls = "bad" if c.flagged or c.doubtful else "ok"
-                rows.append(
-                    f'<tr><td class="l">{_e(kind)}</td><td class="l">{_e(m)}</td>'
-                    f'<td class="l">{_e(c.label)}</td>'
-                    f"<td>{100 * c.rate:.1f} [{100 * c.rate_low:.1f}, {100 * c.rate_high:.1f}]</td>"
-                    f"<td>{100 * c.acc_certified:.1f} / {100 * c.acc_uncertified:.1f}</td>"
-                    f"<td>{100 * c.diff:+.1f} [{100 * c.diff_low:+.1f}, "
-                    f"{100 * c.diff_high:+.1f}]</td>"
-                    f"<td>{100 * c.share_below:.1f} (≤ {100 * c.share_below_bound:.1f})</td>"
-                    f'<td class="l {cls}">{_e(c.verdict)}</td></tr>'
-                )
+    for kind, m, c in lb.mean_certificates():
+        if not c.available:
+            rows.append(
+                f'<tr><td class="l">{_e(kind)}</td><td class="l">{_e(m)}</td>'
+                f'<td class="l">{_e(c.label)}</td><td class="l na" colspan="5">'
+                f"{_e(c.reason)}</td></tr>"
+            )
+            continue
+        cls = "bad" if c.flagged or c.doubtful else "ok"
+        rows.append(
+            f'<tr><td class="l">{_e(kind)}</td><td class="l">{_e(m)}</td>'
+            f'<td class="l">{_e(c.label)}</td>'
+            f"<td>{100 * c.rate:.1f} [{100 * c.rate_low:.1f}, {100 * c.rate_high:.1f}]</td>"
+            f"<td>{100 * c.acc_certified:.1f} / {100 * c.acc_uncertified:.1f}</td>"
+            f"<td>{100 * c.diff:+.1f} [{100 * c.diff_low:+.1f}, "
+            f"{100 * c.diff_high:+.1f}]</td>"
+            f"<td>{100 * c.share_below:.1f} (≤ {100 * c.share_below_bound:.1f})</td>"
+            f'<td class="l {cls}">{_e(c.verdict)}</td></tr>'
+        )
     head = "".join(
         f"<th{' class=l' if i < 3 or i == 7 else ''}>{h}</th>"
         for i, h in enumerate(

@@ -131,42 +131,29 @@ def _cert_section(lb: Leaderboard) -> list[str]:
         "uncertified", "certified − uncertified", "certified below 1−φ", "verdict",
     ]  # fmt: skip
     body = []
-    for kind in lb.kinds:
-        for m in lb.models:
-            r = lb.row(m, kind)
-            if r is None:
-                continue
-            for rule in ("exact", "plugin_c", "plugin_h"):
-                c = r.certs.get(rule)
-                if c is None:
-                    continue
-                if not c.available:
-                    body.append([kind, m, c.label, c.reason, "", "", "", "", "", "n/a"])
-                    continue
-                diff = f"{100 * c.diff:+.1f}" if math.isfinite(c.diff) else "–"
-                if math.isfinite(c.diff_low):
-                    diff += f" [{100 * c.diff_low:+.1f}, {100 * c.diff_high:+.1f}]"
-                verdict = c.verdict
-                body.append(
-                    [
-                        kind,
-                        m,
-                        c.label,
-                        _rate(c),
-                        f"{100 * c.split_min:.1f}–{100 * c.split_max:.1f}",
-                        "–"
-                        if not math.isfinite(c.acc_certified)
-                        else f"{100 * c.acc_certified:.1f}",
-                        "–"
-                        if not math.isfinite(c.acc_uncertified)
-                        else f"{100 * c.acc_uncertified:.1f}",
-                        diff,
-                        "–"
-                        if not math.isfinite(c.share_below)
-                        else f"{100 * c.share_below:.1f} (≤ {100 * c.share_below_bound:.1f})",
-                        verdict,
-                    ]
-                )
+    for kind, m, c in lb.mean_certificates():
+        if not c.available:
+            body.append([kind, m, c.label, c.reason, "", "", "", "", "", "n/a"])
+            continue
+        diff = f"{100 * c.diff:+.1f}" if math.isfinite(c.diff) else "–"
+        if math.isfinite(c.diff_low):
+            diff += f" [{100 * c.diff_low:+.1f}, {100 * c.diff_high:+.1f}]"
+        body.append(
+            [
+                kind,
+                m,
+                c.label,
+                _rate(c),
+                f"{100 * c.split_min:.1f}–{100 * c.split_max:.1f}",
+                "–" if not math.isfinite(c.acc_certified) else f"{100 * c.acc_certified:.1f}",
+                "–" if not math.isfinite(c.acc_uncertified) else f"{100 * c.acc_uncertified:.1f}",
+                diff,
+                "–"
+                if not math.isfinite(c.share_below)
+                else f"{100 * c.share_below:.1f} (≤ {100 * c.share_below_bound:.1f})",
+                c.verdict,
+            ]
+        )
     return [
         "",
         "## Certificates: mean over tasks, checked on held-back variants",
