@@ -174,7 +174,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     keys = [perturbed_task(task, "--tasks") for task in read_task_list(args.tasks)]
     from lm_eval_robust.atomic import atomic_dir, check_replaceable
 
-    _refuse_fit_inputs(out, args.features, getattr(args, "pretrained", None))
+    _refuse_fit_inputs(out, args.features, args.pretrained)
     # the folder appears whole with every task's correction, or not at all; an existing one is
     # replaced whole (no correction of an earlier fit left beside the new ones)
     check_replaceable(out, "-o", "fit --tasks", FIT_TASKS_FILES)
