@@ -300,6 +300,7 @@ GEN = "qwen2.5-coder-1.5b_generation"
 GEN_SELECT = "gemma-3-270m_gen_select/compare.md"
 SELECT = "qwen2.5-coder-1.5b_select"
 BENCH = "benchmarks.md"
+BENCH_DOC = "results/benchmarks.md"
 LB_PLAN = "leaderboard/plan_qwen2.5-coder-1.5b.md"
 
 
@@ -474,6 +475,98 @@ def _lb_cost() -> list[str]:
     ]
 
 
+def seconds(cell: str) -> int:
+    """``481 s (8.0 min)``, ``1 277 s``, ``2 min 3 s`` -> seconds."""
+    m = re.match(r"(?:(\d+) min )?([\d ]+?) s\b", cell)
+    assert m, cell
+    return 60 * int(m.group(1) or 0) + int(m.group(2).replace(" ", ""))
+
+
+def tqdm_seconds(rel: str, label: str) -> list[tuple[int, int]]:
+    """(items, seconds) of each finished tqdm bar named ``label`` in a committed log."""
+    log = (R / rel).read_text(encoding="utf-8")
+    bars = re.findall(rf"{label}: 100%\|[^|]*\| *(\d+)/\d+ \[(?:(\d+):)?(\d+):(\d+)<", log)
+    return [(int(k), 3600 * int(h or 0) + 60 * int(m) + int(s)) for k, h, m, s in bars]
+
+
+def _fresh_venv() -> dict[str, int]:
+    """The README's commands timed from a fresh venv (results/benchmarks.md), in seconds."""
+    rows = {r[0]: r for r in md_rows(BENCH) if len(r) == 3}
+    return {
+        "install": seconds(rows["install"][2]),
+        "main": seconds(rows["main command (K = 20)"][2]),
+        "quick": seconds(rows["quick look"][2]),
+        "report": round(float(rows["its report"][2].removesuffix(" s"))),
+        "protocol": seconds(rows["paper protocol (K = 200)"][2]),
+    }
+
+
+def _readme_timings() -> list[str]:
+    t = _fresh_venv()
+    return [
+        f"{round(t['main'] / 60)} minutes on a 2-core CPU from a fresh venv",
+        f"(measured: {t['main']} s on an AMD EPYC without AVX512, after a "
+        f"{round(t['install'] / 60)}-minute `pip install`)",
+        f"(14 070 prompts): {round(t['protocol'] / 60)} minutes on the same CPU",
+        f"{t['quick'] // 60} min {t['quick'] % 60} s on the same CPU, the report {t['report']} s)",
+    ]
+
+
+def _tasks_timings() -> list[str]:
+    t = _fresh_venv()
+    (run,) = (R / "gemma-3-270m_full_protocol/gemma-3-270m").glob("results_*.json")
+    full = float(json.loads(run.read_text(encoding="utf-8"))["total_evaluation_time_seconds"])
+    return [
+        f"({round(t['main'] / 60)} minutes on a 2-core AMD EPYC without AVX512",
+        f"one task is 14 070 prompts: {round(t['protocol'] / 60)} minutes on that CPU",
+        f"took about {round(full / 60)} minutes on an earlier machine",
+    ]
+
+
+def _commands_timings() -> list[str]:
+    bars = [
+        b
+        for log in ("run.log", "run2.log")
+        for b in tqdm_seconds(f"gemma-3-270m_gen_select/{log}", "generation score")
+    ]
+    (total,) = {k for k, _ in bars}
+    minutes = statistics.mean(s for _, s in bars) / 60
+    return [f"`results/gemma-3-270m_gen_select/`: {total}, about {round(minutes)} minutes of"]
+
+
+def _prefix_cache_ratio() -> str:
+    for section in (R / BENCH).read_text(encoding="utf-8").split("\n## ")[1:]:
+        rows = {r[0]: r for r in table_rows(section)}
+        if section.startswith("ni065_format_pert") and {
+            "debiased_hf",
+            "debiased_hf_nocache",
+        } <= set(rows):
+            ratio = float(rows["debiased_hf_nocache"][1]) / float(rows["debiased_hf"][1])
+            return f"the plain path ({ratio:.1f}× slower on ni065_format_pert in `{BENCH_DOC}`)"
+    raise AssertionError("no prefix-cache benchmark of ni065_format_pert in results/benchmarks.md")
+
+
+def _gsm8k_time() -> list[str]:
+    ((k, secs),) = tqdm_seconds(f"{GEN}/run_gsm8k.log", "Running generate_until requests")
+    return [f"({round(secs / 60)} min for {k} chain-of-thought generations)"]
+
+
+def _wrap_pace() -> list[str]:
+    per_prompt = []
+    for name in ("navigate", "sports_understanding"):
+        rows = load(f"wrap_bigbench/{name}/leaderboard/leaderboard.json")["rows"]
+        for run in (R / f"wrap_bigbench/{name}/runs").glob("*/*/results_*.json"):
+            res = json.loads(run.read_text(encoding="utf-8"))
+            model = run.parent.name
+            prompts = sum(
+                r["n_prompts"]
+                for r in rows
+                if r["task"] != "mean" and r["model"].lower().replace(" ", "-") in model
+            )
+            per_prompt.append(float(res["total_evaluation_time_seconds"]) / prompts)
+    return [f"scored one prompt per {min(per_prompt):.1f}–{max(per_prompt):.1f} s"]
+
+
 CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme": ("README.md", _readme),
     "results-guide": ("docs/results-guide.md", _guide),
@@ -481,8 +574,13 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "leaderboard-doc": ("docs/leaderboard.md", _leaderboard_doc),
     "leaderboard-doc-cost": ("docs/leaderboard.md", _lb_cost),
     "commands": ("docs/commands.md", _commands),
+    "commands-timings": ("docs/commands.md", _commands_timings),
+    "readme-timings": ("README.md", _readme_timings),
+    "tasks-and-settings-timings": ("docs/tasks-and-settings.md", _tasks_timings),
+    "results-guide-gsm8k-time": ("docs/results-guide.md", _gsm8k_time),
+    "wrapping-pace": ("docs/wrapping.md", _wrap_pace),
     "results-guide-generation": ("docs/results-guide.md", _guide_generation),
-    "engines": ("docs/engines.md", _bench_envelope),
+    "engines": ("docs/engines.md", lambda: [*_bench_envelope(), _prefix_cache_ratio()]),
     "tasks-and-settings": ("docs/tasks-and-settings.md", _select_style),
     "wrapping": ("docs/wrapping.md", _wrap_pilot),
     "leaderboard-readme": ("results/leaderboard/README.md", _lb_readme),
@@ -529,7 +627,9 @@ def test_formatting_helpers() -> None:
 # ---------------------------------------------------------------------------------------------
 # The audit: every number in README.md and docs/ that looks like a result is produced by a claim
 # above, or is listed below with its kind. A number "looks like a result" when it is a decimal
-# (2.84, 1.5e-02), a percentage (84 %, 9.5 %) or a count "N of M". Recognised without a list:
+# (2.84, 1.5e-02), a percentage (84 %, 9.5 %), a count "N of M", a duration (481 s, 37 min) or a
+# speed ratio (2.5×); plain integers (sizes, K, seeds) and arithmetic (70 × 21) are not read.
+# Recognised without a list:
 # versions (two dots, or a pip specifier such as `<0.5`), model names (a number glued to letters:
 # qwen2.5, 1.5B), settings written as flags or arguments (`--phi 0.05`, `dtype=0.3`,
 # `"text_rate": 0.05`) or as the certificate's and tests' levels (`φ = 0.1`, `α = 0.05`), the
@@ -539,6 +639,8 @@ def test_formatting_helpers() -> None:
 NUMBER = re.compile(
     r"\d+(?:\.\d+)?e[-+]?\d+"  # 1.5e-02, 1e-3
     r"|\d+ of (?:the )?\d+"  # 4 of 16
+    r"|\d+(?:\.\d+|(?: \d{3})+)?(?:–\d+)?[- ]?(?:s|min|minutes?|hours?)(?!\w)"  # 1 277 s
+    r"|\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?×"  # 2–3×, 7.2×
     r"|\d+(?:\.\d+)+(?:\s?%)?"  # 2.84, 9.5 %, 0.4.13
     r"|\d+\s?%"  # 84 %
 )
@@ -724,4 +826,7 @@ def test_audit_finds_a_new_result_without_a_claim() -> None:
     # a number added later beside a claimed one is found too
     found = audit(doc.replace("−4.0].", "−4.0], 3.7 after ridge."), claims, [])
     assert any("'3.7'" in f for f in found) and any("'90 %'" in f for f in found)
-    assert audit("All 100 of them, 2 s.", [], []) == []
+    # timings and speed ratios are results too; plain integers, sizes and arithmetic are not
+    found = audit("It took 481 s (2 min 21 s on the quick look), 2–3× faster.", [], [])
+    assert [f.split("'")[1] for f in found] == ["481 s", "2 min", "21 s", "2–3×"]
+    assert audit("All 100 examples, 70 × 21 = 1 470 prompts, K = 200, 3 folds.", [], []) == []
