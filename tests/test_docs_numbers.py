@@ -364,6 +364,8 @@ def _commands() -> list[str]:
         f"{', '.join(map(str, low[:-1]))} and {low[-1]} ({last[0]} of {last[1]} at the last layer)",
         f"({int(total) // 5} train prompts × 5 candidates, {rate} s per generation: "
         f"{round(int(total) * float(rate) / 60)} min for one layer) was stopped",
+        f"({NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8):.2f} standard errors of the "
+        "per-example differences: 80 % power at the two-sided 5 % level)",
     ]
 
 
@@ -749,11 +751,6 @@ ALLOWED: dict[str, list[tuple[str, str]]] = {
         ("log-likelihoods within 2e-4", "setting"),
         ("(default `1e-4,1e-2,1`;", "setting"),
         ("grid `1e-4 … 1`", "setting"),
-        (
-            "(2.80 standard errors of the per-example differences: 80 % power at the two-sided 5 % "
-            "level)",
-            "formula constant",
-        ),
     ],
     "docs/engines-and-install.md": [("Python 3.11", "version")],
     "docs/engines.md": [
