@@ -342,7 +342,7 @@ def _gen_select() -> dict[str, Any]:
 def _oracle() -> tuple[list[int], int, int]:
     """Layers where the clean state recovered nothing, then recovered / broken at the last."""
     rows = load(f"{GEN}/oracle_patch.json")["rows"]
-    layers = [int(re.search(r"L(\d+) ", r["run"]).group(1)) for r in rows]  # type: ignore[union-attr]
+    layers = [int(re.findall(r"L(\d+) ", r["run"])[0]) for r in rows]
     assert all(r["recovered"] == 0 for r in rows[:-1]) and layers == sorted(layers)
     return layers[:-1], rows[-1]["recovered"], rows[-1]["broken_by_perturbation"]
 
