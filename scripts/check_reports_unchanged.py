@@ -5,7 +5,7 @@ Every ``report.json`` under results/ was written by ``lm-eval-robust report``; i
 the command is rebuilt from it and run again into a temporary folder, and every committed file of
 the report folder (Markdown, CSV, JSON, PNG) is compared byte for byte with the new one. The other
 committed tables are the outputs of the commands their folder's ``run.sh`` (or README) gives,
-listed in :data:`TABLES`: ``plan``, ``select``, ``leaderboard``, the generation sweep and the
+listed in :func:`all_checks`: ``plan``, ``select``, ``leaderboard``, the generation sweep and the
 folders' own table scripts. A command that writes into its own folder is run there and compared
 with ``git diff`` (the committed file is restored afterwards, whatever the outcome).
 
@@ -14,6 +14,7 @@ with ``git diff`` (the committed file is restored afterwards, whatever the outco
     python scripts/check_reports_unchanged.py --only ni220_all/report --only plan
     git worktree add --detach /tmp/before BASE_COMMIT
     python scripts/check_reports_unchanged.py --before /tmp/before     # and against BASE's code
+    python scripts/check_reports_unchanged.py --update       # rewrite what differs
 
 Each line says IDENTICAL, DIFFERENT (naming the files) or FAILED (the command's last error line),
 with the seconds it took. Reports committed by an older version of the package differ from a
@@ -22,24 +23,41 @@ also runs in the other checkout (its code, scripts and results), and the line sa
 checkout's output is byte-identical to that one's. The exit status is 0 when every check is
 identical to the committed files or, with ``--before``, to the other checkout's output. No model
 is loaded: every input is a committed run folder, correction file or feature shard.
+
+``--update`` makes the committed files what the current code writes, for a deliberate change of
+output (a new report section, a corrected statistic): each DIFFERENT check's outputs are written
+over the committed files (atomically), and a ``report`` check runs its command again into the
+committed report folder itself, which ``report`` replaces whole, so the folder holds exactly what
+it writes now (a file it no longer writes is gone; ``git status`` shows it). The line then says
+UPDATED. A check whose command failed, or that no longer writes a committed file, is left as it
+is and says so. Only small generated tables and figures are ever written: a target (or new
+content) over 1 MB, a results or samples file of a run, a correction or a feature shard is refused
+with a one-line reason, and a report folder holding any of them is not rerun. Review ``git diff``
+before committing: an update is right only where every difference has a known cause.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 CLI = [sys.executable, "-m", "lm_eval_robust.cli"]
+
+#: the largest file ``--update`` writes or replaces (generated tables and figures are far smaller)
+MAX_UPDATE_BYTES = 1_000_000
+#: what ``--update`` never writes: a run's results and samples, corrections, feature shards
+PROTECTED = ("results_*.json", "samples_*", "*.safetensors", "*.jsonl", "*.jsonl.gz", "*.pt")
 
 #: the certificate estimator names of ``report --certificate`` by (eps_rule, density_rule)
 ESTIMATORS = {("zero", "uniform"): "paper", ("order", "histogram"): "distribution_free"}
@@ -51,13 +69,15 @@ class Check:
 
     ``outputs`` maps a path the command writes (relative to the temporary folder ``{out}`` when it
     starts with ``{out}/``, else to ``cwd``) to the committed file it must equal; ``stdout``
-    names a committed file the command's standard output must equal."""
+    names a committed file the command's standard output must equal; ``folder``, for a
+    ``report`` check, the committed report folder (``--update`` reruns the command into it)."""
 
     name: str
     cwd: Path
     argv: list[str]
     outputs: dict[str, Path] = field(default_factory=dict)
     stdout: Path | None = None
+    folder: Path | None = None
 
 
 def _report_check(report_json: Path) -> Check:
@@ -86,7 +106,7 @@ def _report_check(report_json: Path) -> Check:
     if not any(p.suffix == ".png" for p in committed):
         argv.append("--no_plots")
     outputs = {f"{{out}}/report/{p.name}": p for p in committed}
-    return Check(str(folder.relative_to(RESULTS)), cwd, argv, outputs)
+    return Check(str(folder.relative_to(RESULTS)), cwd, argv, outputs, folder=folder)
 
 
 def _plan_checks() -> list[Check]:
@@ -205,6 +225,7 @@ def _moved(check: Check, root: Path) -> Check:
         [a if a == sys.executable else move(a) for a in check.argv],
         {move(k): Path(move(str(v))) for k, v in check.outputs.items()},
         None if check.stdout is None else Path(move(str(check.stdout))),
+        None if check.folder is None else Path(move(str(check.folder))),
     )
 
 
@@ -245,8 +266,53 @@ def _key(committed: Path) -> str:
     return str(committed.relative_to(RESULTS))
 
 
-def _differ(made: dict[str, bytes | None], want: dict[str, bytes | None]) -> list[str]:
+def _differ(made: Mapping[str, bytes | None], want: Mapping[str, bytes | None]) -> list[str]:
     return sorted(k for k in want if made.get(k) != want[k])
+
+
+def _refusal(path: Path, size: int = 0) -> str | None:
+    """Why ``--update`` must not write ``path`` (``size`` bytes), or None."""
+    if not path.resolve().is_relative_to(RESULTS.resolve()):
+        return f"{path} is outside results/"
+    if any(fnmatch.fnmatch(path.name, pat) for pat in PROTECTED) or "features" in path.parts:
+        return f"{path.relative_to(RESULTS)} is a run's input (results, samples or feature file)"
+    for n, what in ((path.stat().st_size if path.is_file() else 0, "is"), (size, "would be")):
+        if n > MAX_UPDATE_BYTES:
+            return f"{path.relative_to(RESULTS)} {what} over 1 MB ({n:,} bytes)"
+    return None
+
+
+def update(check: Check, made: dict[str, bytes | None]) -> str | None:
+    """Make the committed files of ``check`` what its command writes now; the reason it could
+    not, or None. ``made``: :func:`produce`'s output for the check."""
+    from lm_eval_robust.atomic import write_file
+
+    if check.folder is not None:
+        for held in sorted(check.folder.iterdir()):
+            why = _refusal(held) or (None if held.is_file() else f"{held.name} is a folder")
+            if why:
+                return f"report folder not rerun: {why}"
+        too_big = [r for k, v in made.items() if v and (r := _refusal(RESULTS / k, len(v)))]
+        if too_big:
+            return too_big[0]
+        argv = [a.replace("{out}/report", str(check.folder)) for a in check.argv]
+        env = dict(os.environ, MPLBACKEND="Agg")
+        proc = subprocess.run(argv, cwd=check.cwd, env=env, capture_output=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["?"]
+            return f"report rerun failed, exit {proc.returncode}: {lines[-1]}"
+        return None
+    missing = sorted(k for k, v in made.items() if v is None)
+    if missing:
+        return f"no longer written: {', '.join(missing)}; nothing updated"
+    committed = {k: RESULTS / k for k in made}
+    refused = [r for k, v in made.items() if v and (r := _refusal(committed[k], len(v)))]
+    if refused:
+        return refused[0]
+    for k, data in made.items():
+        if data is not None and committed[k].read_bytes() != data:
+            write_file(data, committed[k], what=k)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,14 +326,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="another checkout (e.g. a worktree of the base commit): run each command there "
         "too and say whether this checkout's output is the same as that one's",
     )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="write each DIFFERENT check's new outputs over the committed files (a report "
+        "check reruns into its committed folder); review git diff before committing",
+    )
     args = p.parse_args(argv)
+    if args.update and args.before is not None:
+        p.error("--update and --before do not go together; run one, then the other")
     checks = [c for c in all_checks() if not args.only or any(o in c.name for o in args.only)]
     if args.list:
         for c in checks:
             print(f"{c.name}\n    cd {c.cwd.relative_to(ROOT)} && {' '.join(c.argv)}")
         return 0
     before = args.before.resolve() if args.before else None
-    bad = changed = 0
+    bad = changed = updated = 0
     for c in checks:
         start = time.monotonic()
         made = produce(c)
@@ -278,7 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             files = _differ(made, committed)
             verdict = "DIFFERENT" if files else "IDENTICAL"
             detail = ", ".join(Path(f).name for f in files)
+            if files and args.update:
+                why = update(c, made)
+                verdict = "DIFFERENT" if why else "UPDATED"
+                detail += f"; not updated: {why}" if why else ""
         bad += verdict != "IDENTICAL"
+        updated += verdict == "UPDATED"
         line = f"{verdict:9s} {c.name}"
         if detail:
             line += f" [{detail}]"
@@ -294,10 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             changed += not same
         print(f"{line} ({time.monotonic() - start:.0f} s)", flush=True)
     summary = f"{len(checks) - bad} of {len(checks)} identical to the committed files"
+    if args.update:
+        summary += f"; {updated} updated"
     if before is not None:
         summary += f"; {len(checks) - changed} of {len(checks)} give the same output as {before}"
     print(summary)
-    return 1 if (bad if before is None else changed) else 0
+    return 1 if (bad - updated if before is None else changed) else 0
 
 
 if __name__ == "__main__":
