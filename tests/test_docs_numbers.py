@@ -296,6 +296,70 @@ def _certs_readme() -> list[str]:
     ]
 
 
+G10 = "gemma-3-270m_all10/report/report.json"
+G10_FP32 = "gemma-3-270m_all10/fp32/report/report.json"
+G10_BASELINES = "gemma-3-270m_all10/report_baselines/report.json"
+
+
+def across(rel: str, label: str, kind: str, metric: str) -> dict[str, float]:
+    """A report's task-level mean [BCa CI over tasks] of one run (``across_runs``) or one pair
+    (``across_pairs``, label ``"other vs base"``), as a :func:`ci` cell."""
+    section = "across_pairs" if " vs " in label else "across_runs"
+    (hit,) = [r for r in load(rel)[section] if (r["label"], r["kind"]) == (label, kind)]
+    cell = hit["metrics"][metric]
+    return {"value": cell["mean"], "low": cell["low"], "high": cell["high"]}
+
+
+def _gemma_all10() -> list[str]:
+    def a(rel: str, label: str, kind: str, metric: str, signed: bool = False) -> str:
+        return ci(across(rel, label, kind, metric), signed=signed)
+
+    def v(rel: str, label: str, kind: str, metric: str, signed: bool = False) -> str:
+        return n(across(rel, label, kind, metric)["value"], signed)
+
+    bf, fp = G10, G10_FP32
+    rows = [
+        f"| clean BAC | {v(bf, 'base', 'format', 'bac_clean')} | "
+        f"{a(fp, 'base', 'format', 'bac_clean')} |",
+        *(f"| δ_drop, {k} | {a(bf, 'base', k, 'delta_drop')} | " for k in ("format", "text")),
+        *(
+            f"| ridge δ_pert, {k} | {a(bf, 'debiased vs base', k, 'delta_pert', True)} | "
+            for k in ("format", "text")
+        ),
+        *(
+            f"| {name} calibration δ_pert, format / text | "
+            + " / ".join(v(bf, f"{run} vs base", k, "delta_pert", True) for k in ("format", "text"))
+            for name, run in (("batch", "batch_cal"), ("clean", "clean_cal"))
+        ),
+        f"Mean clean BAC across the 10 tasks is {v(bf, 'base', 'format', 'bac_clean')} %",
+        f"The **mean drop under format perturbations**, {a(bf, 'base', 'format', 'delta_drop')} "
+        f"points (task-level BCa CI over 10 tasks), is the one drop whose CI excludes 0. Text: "
+        f"{a(bf, 'base', 'text', 'delta_drop')}.",
+        f"Ridge: δ_pert {a(bf, 'debiased vs base', 'format', 'delta_pert', True)} (format) and "
+        f"{a(bf, 'debiased vs base', 'text', 'delta_pert', True)} (text).",
+    ]
+    b = G10_BASELINES
+    rows.append(
+        f"| base | {v(b, 'base', 'format', 'bac_clean')} | {v(b, 'base', 'format', 'bac_pert')} "
+        f"| {v(b, 'base', 'text', 'bac_pert')} | – |"
+    )
+    names = {"debias": "debias (ridge)"}
+    for run in ("debias", "batch_cal", "contextual_cal", "lora", "lora_debias", "clean_cal"):
+        pair_ = f"{run} vs base"
+        cells = [
+            f"{v(b, run, 'format', 'bac_clean')} / {v(b, run, 'text', 'bac_clean')}",
+            v(b, run, "format", "bac_pert"),
+            v(b, run, "text", "bac_pert"),
+            *(
+                a(b, pair_, k, m, True)
+                for m in ("delta_pert", "delta_clean")
+                for k in ("format", "text")
+            ),
+        ]
+        rows.append(f"| {names.get(run, run)} | " + " | ".join(cells) + " |")
+    return rows
+
+
 GEN = "qwen2.5-coder-1.5b_generation"
 GEN_SELECT = "gemma-3-270m_gen_select/compare.md"
 SELECT = "qwen2.5-coder-1.5b_select"
@@ -590,6 +654,7 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
         "results/qwen2.5-coder-1.5b_ni220_certificates/README.md",
         _certs_readme,
     ),
+    "gemma-all10-readme": ("results/gemma-3-270m_all10/README.md", _gemma_all10),
     "k200-readme": (
         "results/qwen2.5-coder-1.5b_ni220_k200/README.md",
         lambda: [
