@@ -360,6 +360,128 @@ def _gemma_all10() -> list[str]:
     return rows
 
 
+def cell(c: dict[str, Any] | None, signed: bool = False) -> str:
+    """``value [low, high]``, the value alone where there is no interval, – where undefined."""
+    if c is None or c["value"] is None:
+        return "–"
+    if c["low"] is None or c["high"] is None:
+        return n(c["value"], signed)
+    return ci(c, signed=signed)
+
+
+#: the columns of a results README's method table, read from a report's task and pair rows
+COLUMNS: dict[str, Callable[[dict[str, Any], dict[str, Any] | None], str]] = {
+    "bac_clean": lambda t, p: cell(t["metrics"]["bac_clean"]),
+    "bac_pert": lambda t, p: cell(t["metrics"]["bac_pert"]),
+    "delta_drop": lambda t, p: cell(t["metrics"]["delta_drop"], signed=True),
+    "maj": lambda t, p: f"{t['maj_share_clean']:.1f}/{t['maj_share_pert']:.1f}",
+    "delta_clean": lambda t, p: "–" if p is None else cell(p["metrics"]["delta_clean"], True),
+    "delta_pert": lambda t, p: "–" if p is None else cell(p["metrics"]["delta_pert"], True),
+    "p_recover": lambda t, p: "–" if p is None else cell(p["metrics"]["p_recover"]),
+    "p_h": lambda t, p: n(t["metrics"]["p_h"]["value"]),
+    "P_h": lambda t, p: n(t["metrics"]["P_h"]["value"]),
+}
+
+
+def method_rows(rel: str, rows: list[tuple[str, str, str]], cols: list[str]) -> list[str]:
+    """Table rows ``| label | cells |`` for (task, run, label); the run named first in the
+    report is the base the pairs are against (its pair cells are –)."""
+    doc = load(rel)
+    out = []
+    for name, run, label in rows:
+        (t,) = [t for t in doc["tasks"] if (t["run"], t["task"]) == (run, name)]
+        ps = [p for p in doc["pairs"] if (p["other"], p["task"]) == (run, name)]
+        cells = [COLUMNS[c](t, ps[0] if ps else None) for c in cols]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+FULL = ["bac_clean", "bac_pert", "delta_drop", "maj", "delta_clean", "delta_pert", "p_recover"]
+BASE_RUNS = (("base", "base"), ("debiased", "ridge debias"), ("batch_cal", "batch_cal"))
+
+
+def _ni1286_all() -> list[str]:
+    rel, name = "qwen2.5-coder-1.5b_ni1286_all/report/report.json", "ni1286_text_pert"
+    runs = [*BASE_RUNS, ("clean_cal", "clean_cal")]
+    base = task(rel, "base", name)
+    return [
+        *method_rows(rel, [(name, r, label) for r, label in runs], FULL[:-1]),
+        f"(bf16: {n(base['bac_clean']['value'])}), δ_drop",
+        f"(bf16: {ci(base['delta_drop'])})",
+        f"Clean BAC is {n(base['bac_clean']['value'])} (the filter asks ≥ 70)",
+        f"no drop distinguishable from 0 ({ci(base['delta_drop'])})",
+        f"(p_damage {n(pair(rel, 'debiased', name)['p_damage']['value'])} %)",
+    ]
+
+
+def _chat_all() -> list[str]:
+    rel, beta = (
+        "qwen2.5-coder-1.5b_chat_all/report/report.json",
+        "qwen2.5-coder-1.5b_chat_all/report_beta_mean/report.json",
+    )
+    name = "ni1297_text_pert"
+    base = task(rel, "base", name)
+    mid = ("debiased", "ridge, β midpoint (λ 70)")
+    return [
+        *method_rows(rel, [(name, "base", "base"), (name, *mid)], FULL),
+        *method_rows(beta, [(name, "ridge_mean", "ridge, β mean (λ 7 039)")], FULL),
+        *method_rows(
+            rel, [(name, "batch_cal", "batch_cal"), (name, "clean_cal", "clean_cal")], FULL
+        ),
+        f"| base | (δ_drop {ci(base['delta_drop'])}, clean {n(base['bac_clean']['value'])}) |",
+        f"It is {n(base['delta_drop']['value'])}, and its whole CI lies beyond 1 point.",
+        "The mean rule makes ridge neutral "
+        f"({ci(pair(beta, 'ridge_mean', name)['delta_pert'], True)}).",
+    ]
+
+
+def _ni220_all() -> list[str]:
+    rel, hold = (
+        "qwen2.5-coder-1.5b_ni220_all/report/report.json",
+        "qwen2.5-coder-1.5b_ni220_all/report_holdout/report.json",
+    )
+    name, hname = "ni220_text_pert", "ni220_text_pert_holdout"
+    base, ridge = task(rel, "base", name), pair(rel, "debiased", name)
+    hcols = ["bac_clean", "bac_pert", "delta_drop", "delta_pert", "p_recover", "p_h", "P_h"]
+    return [
+        *method_rows(
+            rel, [(name, r, label) for r, label in [*BASE_RUNS, ("clean_cal", "clean_cal")]], FULL
+        ),
+        *method_rows(hold, [(hname, r, label) for r, label in BASE_RUNS], hcols),
+        f"| base, before (bf16) | {n(base['bac_clean']['value'])} | "
+        f"{n(base['bac_pert']['value'])} | {ci(base['delta_drop'])} |",
+        f"| ridge, before | 100.0 | 97.6 | −2.4 | {ci(ridge['delta_pert'], True)} | "
+        f"{ci(ridge['p_recover'])} |",
+        f"with ties scored 1/k the bf16 drop is {n(base['delta_drop']['value'])}",
+        f"recovers {ridge['p_recover']['value']:.0f} % of it (p_recover {ci(ridge['p_recover'])})",
+        f"(bf16: {ci(task(hold, 'base', hname)['delta_drop'])})",
+    ]
+
+
+def _chat_targets() -> list[str]:
+    """The result table of results/qwen2.5-coder-1.5b_chat_targets/README.md."""
+    names = {"debiased": "ridge debias"}
+    rows = []
+    for short, runs in (
+        ("ni1297", ("base", "debiased", "batch_cal", "clean_cal")),
+        ("ni296", ("base", "debiased", "batch_cal")),
+    ):
+        name = f"{short}_text_pert"
+        for run in runs:
+            m = task(CHAT_T, run, name)
+            cells = [ci(m["bac_clean"]), ci(m["bac_pert"]), ci(m["delta_drop"], signed=True)]
+            if run == "base":
+                cells += ["–", "–"]
+            else:
+                pm = pair(CHAT_T, run, name)
+                cells += [
+                    ci(pm[k], signed=True) if pm[k]["low"] != pm[k]["high"] else n(pm[k]["value"])
+                    for k in ("delta_clean", "delta_pert")
+                ]
+            rows.append(f"| {short} | {names.get(run, run)} | " + " | ".join(cells) + " |")
+    return rows
+
+
 GEN = "qwen2.5-coder-1.5b_generation"
 GEN_SELECT = "gemma-3-270m_gen_select/compare.md"
 SELECT = "qwen2.5-coder-1.5b_select"
@@ -655,6 +777,10 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
         _certs_readme,
     ),
     "gemma-all10-readme": ("results/gemma-3-270m_all10/README.md", _gemma_all10),
+    "chat-targets-readme": ("results/qwen2.5-coder-1.5b_chat_targets/README.md", _chat_targets),
+    "ni1286-all-readme": ("results/qwen2.5-coder-1.5b_ni1286_all/README.md", _ni1286_all),
+    "chat-all-readme": ("results/qwen2.5-coder-1.5b_chat_all/README.md", _chat_all),
+    "ni220-all-readme": ("results/qwen2.5-coder-1.5b_ni220_all/README.md", _ni220_all),
     "k200-readme": (
         "results/qwen2.5-coder-1.5b_ni220_k200/README.md",
         lambda: [
