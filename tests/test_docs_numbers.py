@@ -591,12 +591,13 @@ def _select_style() -> list[str]:
 
     plain, chat = table("plain"), table("chat")
     both = sorted(set(plain) & set(chat))
-    higher = sum(float(plain[t][3].split()[0]) > float(chat[t][3].split()[0]) for t in both)
+    # columns: task, kind, style, n × K, BAC clean, δ_drop, maj. share clean, AUC clean, ...
+    higher = sum(float(plain[t][4].split()[0]) > float(chat[t][4].split()[0]) for t in both)
     p220, c220 = plain["ni220"], chat["ni220"]
     return [
         f"the plain prompt had the higher clean BAC on {higher} of {len(both)} tasks",
-        f"ni220 {p220[3].split()[0]} plain vs {c220[3].split()[0]} chat, where the template sent "
-        f"{c220[5]} % of answers to one label while the margin AUC stayed {c220[6]})",
+        f"ni220 {p220[4].split()[0]} plain vs {c220[4].split()[0]} chat, where the template sent "
+        f"{c220[6]} % of answers to one label while the margin AUC stayed {c220[7]})",
     ]
 
 
