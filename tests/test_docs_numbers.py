@@ -458,6 +458,37 @@ def _ni220_all() -> list[str]:
     ]
 
 
+def _targets_all() -> list[str]:
+    rel = "qwen2.5-coder-1.5b_targets_all/report/report.json"
+    beta = "qwen2.5-coder-1.5b_targets_all/report_beta_mean/report.json"
+    t69, t97 = "ni069_text_pert", "ni1297_text_pert"
+    rows = [
+        (t69, "base", "base"),
+        (t69, "debiased", "ridge debias"),
+        (t69, "batch_cal", "batch_cal"),
+    ]
+    rows += [(t97, r, label) for r, label in [*BASE_RUNS[1:], ("clean_cal", "clean_cal")]]
+    rows.insert(3, (t97, "base", "base"))
+    labelled = [(name, r, f"{name.split('_')[0]} | {label}") for name, r, label in rows]
+    b97, b69 = task(rel, "base", t97), task(rel, "base", t69)
+    bcols = ["bac_clean", "bac_pert", "delta_pert", "p_recover"]
+    beta_rows = [
+        (t97, "ridge_midpoint", "ni1297 | ridge, β midpoint (paper)"),
+        (t97, "ridge_mean", "ni1297 | ridge, β mean"),
+        (t97, "batch_cal", "ni1297 | batch_cal"),
+        (t69, "ridge_midpoint", "ni069 | ridge, β midpoint"),
+        (t69, "ridge_mean", "ni069 | ridge, β mean"),
+    ]
+    return [
+        *method_rows(rel, labelled, FULL),
+        *method_rows(beta, beta_rows, bcols),
+        f"| ni069 | base | {ci(b69['delta_drop'], True)} (clean {n(b69['bac_clean']['value'])}) |",
+        f"| ni1297 | base | {ci(b97['delta_drop'])} (clean {n(b97['bac_clean']['value'])}) |",
+        f"Clean BAC {n(b97['bac_clean']['value'])} on an 8-way task",
+        f"a drop of {n(b97['delta_drop']['value'])} whose whole CI lies beyond 1 point",
+    ]
+
+
 def _chat_targets() -> list[str]:
     """The result table of results/qwen2.5-coder-1.5b_chat_targets/README.md."""
     names = {"debiased": "ridge debias"}
@@ -782,6 +813,7 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "ni1286-all-readme": ("results/qwen2.5-coder-1.5b_ni1286_all/README.md", _ni1286_all),
     "chat-all-readme": ("results/qwen2.5-coder-1.5b_chat_all/README.md", _chat_all),
     "ni220-all-readme": ("results/qwen2.5-coder-1.5b_ni220_all/README.md", _ni220_all),
+    "targets-all-readme": ("results/qwen2.5-coder-1.5b_targets_all/README.md", _targets_all),
     "k200-readme": (
         "results/qwen2.5-coder-1.5b_ni220_k200/README.md",
         lambda: [
