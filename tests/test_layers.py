@@ -138,7 +138,7 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
         "def f():\n    from lm_eval_robust.cli import main\n    return main\n"
     )
     (pkg / "cli.py").write_text("def main():\n    return 0\n")
-    files = {"lm_eval_robust.model": pkg / "model.py", "lm_eval_robust.cli": pkg / "cli.py"}
+    files = {"lm_eval_robust.scoring.model": pkg / "model.py", "lm_eval_robust.cli": pkg / "cli.py"}
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
@@ -146,8 +146,8 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     finally:
         ROOT = saved
     assert found == [
-        f"{Path(PACKAGE) / 'model.py'}:2: lm_eval_robust.model (model + correction) imports "
-        "lm_eval_robust.cli (commands)"
+        f"{Path(PACKAGE) / 'model.py'}:2: lm_eval_robust.scoring.model (model + correction) "
+        "imports lm_eval_robust.cli (commands)"
     ]
 
 
@@ -197,18 +197,18 @@ def test_the_doc_names_each_module_in_its_own_layer() -> None:
 
 
 def test_the_doc_check_sees_a_missing_and_a_misplaced_module() -> None:
-    """`model` moved from its own paragraph into the task paragraph is reported twice."""
+    """`scoring.*` moved from its own paragraph into the task paragraph is reported twice."""
     doc = DOC.read_text(encoding="utf-8")
     layers = doc_layers(doc)
     task = dict(layers)["task"]
     model = dict(layers)["model + correction"]
-    assert "`model`" in model
-    moved = doc.replace(model, model.replace("`model`", "model")).replace(
-        task, task.replace("**task**", "**task** (`model`)")
+    assert "`scoring.*`" in model
+    moved = doc.replace(model, model.replace("`scoring.*`", "scoring")).replace(
+        task, task.replace("**task**", "**task** (`scoring.*`)")
     )
     assert doc_problems(moved) == [
-        "task names `model`, a module of model + correction",
-        "model + correction leaves out `model`",
+        "task names `scoring.*`, a module of model + correction",
+        "model + correction leaves out `scoring.*`",
     ]
 
 
@@ -221,17 +221,19 @@ def test_layers_md_is_current() -> None:
 
 def test_model_args_listed_for_validation_match_the_model() -> None:
     """validate.DEBIASED_HF_ARGS (read without importing the model) is debiased_hf's own args."""
-    from lm_eval_robust.model import DebiasedHFLM
-    from lm_eval_robust.validate import DEBIASED_HF_ARGS
+    from lm_eval_robust.base.validate import DEBIASED_HF_ARGS
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     params = inspect.signature(DebiasedHFLM.__init__).parameters.values()
     own = [p.name for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     assert sorted(own) == sorted(DEBIASED_HF_ARGS)
 
 
-@pytest.mark.parametrize("module", ["lm_eval_robust.model", "lm_eval_robust.prefix_cache"])
+@pytest.mark.parametrize(
+    "module", ["lm_eval_robust.scoring.model", "lm_eval_robust.scoring.prefix_cache"]
+)
 def test_application_does_not_reach_training(module: str) -> None:
     """Applying a LoRA adapter (the model) never imports LoRA training."""
     files = module_files()
     targets = {t for _, t in imports_of(module, files[module], set(files))}
-    assert "lm_eval_robust.lora_train" not in targets
+    assert "lm_eval_robust.scoring.lora_train" not in targets
