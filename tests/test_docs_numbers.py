@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import statistics
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import pytest
@@ -197,6 +200,8 @@ def _method() -> list[str]:
         f"their held-back variants and the uncertified {pct(k200['acc_uncertified'])} %",
         f"score {pct(smol['acc_certified'])} % on their held-back variants for SmolLM2",
         f"and {pct(gemma['acc_certified'])} % for Gemma (text: in doubt)",
+        f"the plug-in's committed {pct(load(CERTS)['runs']['K200 base']['old_plugin_c_seed0'])} % "
+        "came from one split",
     ]
 
 
@@ -291,11 +296,295 @@ def _certs_readme() -> list[str]:
     ]
 
 
+GEN = "qwen2.5-coder-1.5b_generation"
+GEN_SELECT = "gemma-3-270m_gen_select/compare.md"
+SELECT = "qwen2.5-coder-1.5b_select"
+BENCH = "benchmarks.md"
+BENCH_DOC = "results/benchmarks.md"
+LB_PLAN = "leaderboard/plan_qwen2.5-coder-1.5b.md"
+
+
+def table_rows(body: str) -> list[list[str]]:
+    """The rows of every Markdown table in ``body``, cells stripped (no header separators)."""
+    rows = []
+    for line in body.splitlines():
+        if line.startswith("|") and not re.fullmatch(r"\|[-:| ]+\|", line.strip()):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+@cache
+def md_rows(rel: str) -> list[list[str]]:
+    """The table rows of a committed results file."""
+    return table_rows((R / rel).read_text(encoding="utf-8"))
+
+
+def _gen_select() -> dict[str, Any]:
+    """compare.md of the generation-score selection: answers moved per candidate (held-out train)
+    and per test run, and whether any score or paired difference moved."""
+    moved, test_moved, same, diffs = [], [], True, []
+    for section in (R / GEN_SELECT).read_text(encoding="utf-8").split("\n## ")[1:]:
+        rows = table_rows(section)
+        cand = [r for r in rows if r[0].startswith(("**none**", "k="))]
+        same &= all(r[1:3] == cand[0][1:3] for r in cand)
+        moved += [r[4] for r in cand[1:]]
+        test_moved += [r[3] for r in rows if r[0] == "mse"]
+        diffs += [c for r in rows if " − " in r[0] for c in r[1:]]
+    return {
+        "moved": max(moved, key=lambda x: int(x.split("/")[0])).replace("/", " of "),
+        "test": sorted(int(x.split("/")[0]) for x in test_moved),
+        "test_n": {x.split("/")[1] for x in test_moved},
+        "same": same,
+        "diffs_zero": all(d.startswith("+0.0 ") for d in diffs) and bool(diffs),
+    }
+
+
+def _oracle() -> tuple[list[int], int, int]:
+    """Layers where the clean state recovered nothing, then recovered / broken at the last."""
+    rows = load(f"{GEN}/oracle_patch.json")["rows"]
+    layers = [int(re.findall(r"L(\d+) ", r["run"])[0]) for r in rows]
+    assert all(r["recovered"] == 0 for r in rows[:-1]) and layers == sorted(layers)
+    return layers[:-1], rows[-1]["recovered"], rows[-1]["broken_by_perturbation"]
+
+
+def _commands() -> list[str]:
+    sel = _gen_select()
+    assert sel["same"]  # "no candidate changed any held-out exact match"
+    (test_n,) = sel["test_n"]
+    low, last = _oracle()[0], _oracle()[1:]
+    log = (R / GEN / "run_k.log").read_text(encoding="utf-8")
+    *_, (_, total, rate) = re.findall(
+        r"generation score:.*?(\d+)/(\d+) \[[^,\]]*, *([\d.]+)s/it", log
+    )
+    return [
+        f"no candidate changed any held-out exact match (at most {sel['moved']} answers moved)",
+        f"the squared error's λ changed {sel['test'][0]}–{sel['test'][-1]} of {test_n} test "
+        "answers",
+        f"recovered none of the {last[1]} answers the perturbations broke at layers "
+        f"{', '.join(map(str, low[:-1]))} and {low[-1]} ({last[0]} of {last[1]} at the last layer)",
+        f"({int(total) // 5} train prompts × 5 candidates, {rate} s per generation: "
+        f"{round(int(total) * float(rate) / 60)} min for one layer) was stopped",
+        f"({NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8):.2f} standard errors of the "
+        "per-example differences: 80 % power at the two-sided 5 % level)",
+    ]
+
+
+def _guide_generation() -> list[str]:
+    sel = _gen_select()
+    assert sel["same"] and sel["diffs_zero"]
+    rows = [r for r in load(SWEEP) if r["label"] != "base" and r["gain"] is not None]
+    changed = [r["changed"][0] for r in rows]
+    (n_gen,) = {r["changed"][1] for r in rows}
+    assert all(r["gain"]["value"] <= 0 for r in rows)  # "recover none of the drop"
+    low, rec, broken = _oracle()
+    return [
+        f"change {min(changed)}–{max(changed)} of {n_gen} generations and recover none of the drop",
+        f"recovers none of the {broken} broken answers at layers {low[0]}–{low[-1]} ({rec} of "
+        f"{broken} at the last layer)",
+        f"no candidate changed any held-out exact match (at most {sel['moved']} answers moved)",
+        "on the test split every paired difference is 0.0",
+    ]
+
+
+def _bench_envelope() -> list[str]:
+    rows = {r[0].split(" (")[0]: r for r in md_rows(BENCH) if " vs " in r[0] and len(r) == 5}
+    cache, own = rows["cached@16 vs plain@16"], rows["hf@16 vs hf@4"]
+    assert cache[2] == "0 %"  # "no label changed"
+    f32 = max((r[3] for r in rows.values()), key=float)
+    return [
+        f"(max log-likelihood difference {f32} on the envelope benchmark). In bf16 they differ by "
+        f"rounding: {cache[1]} at most on 14 prompts of ni065_format_pert, no label changed, while "
+        f"the stock `--model hf` moves its own bf16 scores by {own[1]} between batch sizes 4 and "
+        "16",
+    ]
+
+
+def _select_style() -> list[str]:
+    def table(style: str) -> dict[str, list[str]]:
+        return {r[0]: r for r in md_rows(f"{SELECT}/select_{style}.md") if r[0].startswith("ni")}
+
+    plain, chat = table("plain"), table("chat")
+    both = sorted(set(plain) & set(chat))
+    higher = sum(float(plain[t][3].split()[0]) > float(chat[t][3].split()[0]) for t in both)
+    p220, c220 = plain["ni220"], chat["ni220"]
+    return [
+        f"the plain prompt had the higher clean BAC on {higher} of {len(both)} tasks",
+        f"ni220 {p220[3].split()[0]} plain vs {c220[3].split()[0]} chat, where the template sent "
+        f"{c220[5]} % of answers to one label while the margin AUC stayed {c220[6]})",
+    ]
+
+
+def _wrap_pilot() -> list[str]:
+    acc = {}
+    for name in ("navigate", "sports_understanding"):
+        rows = json.loads((R / f"wrap_bigbench/{name}/leaderboard/leaderboard.json").read_text())
+        cells = {
+            (r["metrics"]["maj_share_clean"]["value"], r["metrics"]["bac_clean"]["value"])
+            for r in rows["rows"]
+        }
+        assert cells == {(1.0, 0.5)}, cells  # every model at chance, one answer for every prompt
+        (acc[name],) = {r["metrics"]["acc_clean"]["value"] for r in rows["rows"]}
+    return [
+        "(majority share 100 %, clean BAC 50 %; lm-eval's own `acc`, "
+        f"{100 * acc['navigate']:.0f} % on navigate and {100 * acc['sports_understanding']:.0f} % "
+        "on sports understanding",
+    ]
+
+
+def _lb_cost() -> list[str]:
+    z, scale = NormalDist().inv_cdf(0.975), math.sqrt(10 / 35)
+    se: dict[str, list[float]] = {"format": [], "text": []}
+    needed = []
+    for r in md_rows(LB_PLAN):
+        if r[0].startswith("ni"):
+            se["format" if "_format_" in r[0] else "text"].append(float(r[5]) * scale)
+            needed += [int(r[7])] if r[7] != "–" else []
+
+    def cells(kind: str) -> tuple[str, str, str]:
+        v = se[kind]
+        pos = [x for x in v if x > 0]
+        mean_hw = z * math.sqrt(sum(x * x for x in v)) / len(v)
+        return (
+            f"{n(statistics.median(v))} ({n(min(pos))}–{n(max(pos))}) points",
+            f"±{n(z * statistics.median(v))} points",
+            f"±{n(mean_hw)} points",
+        )
+
+    f, t = cells("format"), cells("text")
+    times = dict(
+        line.split(": ") for line in (R / "leaderboard/logs/times.txt").read_text().splitlines()
+    )
+    prompts: dict[str, int] = {}
+    tasks: dict[str, int] = {}
+    for r in load(LB)["rows"]:
+        if r["task"] != "mean":
+            prompts[r["model"]] = prompts.get(r["model"], 0) + r["n_prompts"]
+            tasks[r["model"]] = tasks.get(r["model"], 0) + 1
+    smol_s = int(times["smollm2-135m-instruct"].removesuffix(" s"))
+    q15_s = int(times["qwen2.5-coder-1.5b-instruct"].removesuffix(" s"))
+    preset = 6300
+    return [
+        f"| {f[0]} | {t[0]} |",
+        f"| {f[1]} | {t[1]} |",
+        f"| {f[2]} | {t[2]} |",
+        f"(e.g. {min(needed)}–{max(needed)} examples per task for a 10-point drop at K = 8",
+        f"the committed run's {min(tasks.values())}–{max(tasks.values())} tasks × 10 examples × 5 "
+        f"prompts: SmolLM2 135M {smol_s} s ({prompts[SMOL]} prompts), Qwen2.5-Coder 1.5B "
+        f"{round(q15_s / 60)} min ({prompts[Q15]} prompts, {prompts[Q15] / q15_s:.2f} prompts/s). "
+        f"At those rates the full preset (6 300 prompts) takes about "
+        f"{round(preset * smol_s / prompts[SMOL] / 60)} minutes for SmolLM2 and "
+        f"{preset * q15_s / prompts[Q15] / 3600:.1f} hours for Qwen2.5-Coder 1.5B",
+    ]
+
+
+def seconds(cell: str) -> int:
+    """``481 s (8.0 min)``, ``1 277 s``, ``2 min 3 s`` -> seconds."""
+    m = re.match(r"(?:(\d+) min )?([\d ]+?) s\b", cell)
+    assert m, cell
+    return 60 * int(m.group(1) or 0) + int(m.group(2).replace(" ", ""))
+
+
+def tqdm_seconds(rel: str, label: str) -> list[tuple[int, int]]:
+    """(items, seconds) of each finished tqdm bar named ``label`` in a committed log."""
+    log = (R / rel).read_text(encoding="utf-8")
+    bars = re.findall(rf"{label}: 100%\|[^|]*\| *(\d+)/\d+ \[(?:(\d+):)?(\d+):(\d+)<", log)
+    return [(int(k), 3600 * int(h or 0) + 60 * int(m) + int(s)) for k, h, m, s in bars]
+
+
+def _fresh_venv() -> dict[str, int]:
+    """The README's commands timed from a fresh venv (results/benchmarks.md), in seconds."""
+    rows = {r[0]: r for r in md_rows(BENCH) if len(r) == 3}
+    return {
+        "install": seconds(rows["install"][2]),
+        "main": seconds(rows["main command (K = 20)"][2]),
+        "quick": seconds(rows["quick look"][2]),
+        "report": round(float(rows["its report"][2].removesuffix(" s"))),
+        "protocol": seconds(rows["paper protocol (K = 200)"][2]),
+    }
+
+
+def _readme_timings() -> list[str]:
+    t = _fresh_venv()
+    return [
+        f"{round(t['main'] / 60)} minutes on a 2-core CPU from a fresh venv",
+        f"(measured: {t['main']} s on an AMD EPYC without AVX512, after a "
+        f"{round(t['install'] / 60)}-minute `pip install`)",
+        f"(14 070 prompts): {round(t['protocol'] / 60)} minutes on the same CPU",
+        f"{t['quick'] // 60} min {t['quick'] % 60} s on the same CPU, the report {t['report']} s)",
+    ]
+
+
+def _tasks_timings() -> list[str]:
+    t = _fresh_venv()
+    (run,) = (R / "gemma-3-270m_full_protocol/gemma-3-270m").glob("results_*.json")
+    full = float(json.loads(run.read_text(encoding="utf-8"))["total_evaluation_time_seconds"])
+    return [
+        f"({round(t['main'] / 60)} minutes on a 2-core AMD EPYC without AVX512",
+        f"one task is 14 070 prompts: {round(t['protocol'] / 60)} minutes on that CPU",
+        f"took about {round(full / 60)} minutes on an earlier machine",
+    ]
+
+
+def _commands_timings() -> list[str]:
+    bars = [
+        b
+        for log in ("run.log", "run2.log")
+        for b in tqdm_seconds(f"gemma-3-270m_gen_select/{log}", "generation score")
+    ]
+    (total,) = {k for k, _ in bars}
+    minutes = statistics.mean(s for _, s in bars) / 60
+    return [f"`results/gemma-3-270m_gen_select/`: {total}, about {round(minutes)} minutes of"]
+
+
+def _prefix_cache_ratio() -> str:
+    for section in (R / BENCH).read_text(encoding="utf-8").split("\n## ")[1:]:
+        rows = {r[0]: r for r in table_rows(section)}
+        if section.startswith("ni065_format_pert") and {
+            "debiased_hf",
+            "debiased_hf_nocache",
+        } <= set(rows):
+            ratio = float(rows["debiased_hf_nocache"][1]) / float(rows["debiased_hf"][1])
+            return f"the plain path ({ratio:.1f}× slower on ni065_format_pert in `{BENCH_DOC}`)"
+    raise AssertionError("no prefix-cache benchmark of ni065_format_pert in results/benchmarks.md")
+
+
+def _gsm8k_time() -> list[str]:
+    ((k, secs),) = tqdm_seconds(f"{GEN}/run_gsm8k.log", "Running generate_until requests")
+    return [f"({round(secs / 60)} min for {k} chain-of-thought generations)"]
+
+
+def _wrap_pace() -> list[str]:
+    per_prompt = []
+    for name in ("navigate", "sports_understanding"):
+        rows = load(f"wrap_bigbench/{name}/leaderboard/leaderboard.json")["rows"]
+        for run in (R / f"wrap_bigbench/{name}/runs").glob("*/*/results_*.json"):
+            res = json.loads(run.read_text(encoding="utf-8"))
+            model = run.parent.name
+            prompts = sum(
+                r["n_prompts"]
+                for r in rows
+                if r["task"] != "mean" and r["model"].lower().replace(" ", "-") in model
+            )
+            per_prompt.append(float(res["total_evaluation_time_seconds"]) / prompts)
+    return [f"scored one prompt per {min(per_prompt):.1f}–{max(per_prompt):.1f} s"]
+
+
 CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme": ("README.md", _readme),
     "results-guide": ("docs/results-guide.md", _guide),
     "method-and-metrics": ("docs/method-and-metrics.md", _method),
     "leaderboard-doc": ("docs/leaderboard.md", _leaderboard_doc),
+    "leaderboard-doc-cost": ("docs/leaderboard.md", _lb_cost),
+    "commands": ("docs/commands.md", _commands),
+    "commands-timings": ("docs/commands.md", _commands_timings),
+    "readme-timings": ("README.md", _readme_timings),
+    "tasks-and-settings-timings": ("docs/tasks-and-settings.md", _tasks_timings),
+    "results-guide-gsm8k-time": ("docs/results-guide.md", _gsm8k_time),
+    "wrapping-pace": ("docs/wrapping.md", _wrap_pace),
+    "results-guide-generation": ("docs/results-guide.md", _guide_generation),
+    "engines": ("docs/engines.md", lambda: [*_bench_envelope(), _prefix_cache_ratio()]),
+    "tasks-and-settings": ("docs/tasks-and-settings.md", _select_style),
+    "wrapping": ("docs/wrapping.md", _wrap_pilot),
     "leaderboard-readme": ("results/leaderboard/README.md", _lb_readme),
     "certificates-readme": (
         "results/qwen2.5-coder-1.5b_ni220_certificates/README.md",
@@ -315,11 +604,17 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
 }
 
 
+@cache
+def rendered(name: str) -> tuple[str, ...]:
+    """A claim's fragments, rendered once per session (the audit reads them again)."""
+    return tuple(CLAIMS[name][1]())
+
+
 @pytest.mark.parametrize("name", sorted(CLAIMS))
 def test_quoted_numbers_match_their_files(name: str) -> None:
-    doc, claims = CLAIMS[name]
+    doc = CLAIMS[name][0]
     body = text(doc)
-    missing = [c for c in claims() if " ".join(c.split()) not in body]
+    missing = [c for c in rendered(name) if " ".join(c.split()) not in body]
     assert not missing, f"{doc}: stale or missing: {missing}"
 
 
@@ -329,3 +624,206 @@ def test_formatting_helpers() -> None:
     assert ci(cell, signed=True, scale=100) == "−10.0 [−20.0, 5.0]"
     assert ci(cell, signed=True, scale=100, bounds=True) == "−10.0 [−20.0, +5.0]"
     assert not math.isnan(float(pct(0.5)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit: every number in README.md and docs/ that looks like a result is produced by a claim
+# above, or is listed below with its kind. A number "looks like a result" when it is a decimal
+# (2.84, 1.5e-02), a percentage (84 %, 9.5 %), a count "N of M", a duration (481 s, 37 min) or a
+# speed ratio (2.5×); plain integers (sizes, K, seeds) and arithmetic (70 × 21) are not read.
+# Recognised without a list:
+# versions (two dots, or a pip specifier such as `<0.5`), model names (a number glued to letters:
+# qwen2.5, 1.5B), settings written as flags or arguments (`--phi 0.05`, `dtype=0.3`,
+# `"text_rate": 0.05`) or as the certificate's and tests' levels (`φ = 0.1`, `α = 0.05`), the
+# confidence level of an interval ("95 % BCa"), HTML comments (not shown to a reader) and fenced
+# blocks that hold only commands or code (a table of results in a fence is still read).
+
+NUMBER = re.compile(
+    r"\d+(?:\.\d+)?e[-+]?\d+"  # 1.5e-02, 1e-3
+    r"|\d+ of (?:the )?\d+"  # 4 of 16
+    r"|\d+(?:\.\d+|(?: \d{3})+)?(?:–\d+)?[- ]?(?:s|min|minutes?|hours?)(?!\w)"  # 1 277 s
+    r"|\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?×"  # 2–3×, 7.2×
+    r"|\d+(?:\.\d+)+(?:\s?%)?"  # 2.84, 9.5 %, 0.4.13
+    r"|\d+\s?%"  # 84 %
+)
+SETTING = re.compile(r"(?:--[\w-]+[ =]|\w=|\"\w+\": ?)$")
+PROGRAMS = {"lm_eval", "lm-eval-robust", "pip", "python", "bash", "pytest", "export", "cd", "git"}
+FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
+KINDS = ("version", "model name", "setting", "formula constant", "command example")
+
+
+def _commands_only(lang: str, body: str) -> bool:
+    """A fenced block that holds only commands (bash) or code (python), no output."""
+    if lang == "python":
+        return True
+    if lang not in ("bash", "sh"):
+        return False
+    logical = re.sub(r"\\\n", " ", body).splitlines()
+    for line in (x.strip() for x in logical):
+        if not line or line.startswith("#"):
+            continue
+        words = [w for w in line.split() if not re.fullmatch(r"[A-Z_]+=\S*", w)]
+        if not words or words[0] not in PROGRAMS:
+            return False
+    return True
+
+
+def _hidden(raw: str) -> list[tuple[int, int]]:
+    """Raw spans a reader does not see as prose: HTML comments and command-only fences."""
+    spans = [m.span() for m in re.finditer(r"<!--.*?-->", raw, re.S)]
+    spans += [m.span() for m in FENCE.finditer(raw) if _commands_only(m.group(2), m.group(3))]
+    return spans
+
+
+def _normalise(raw: str) -> tuple[str, list[int]]:
+    """Whitespace collapsed as `text` does it, with each character's offset in ``raw``."""
+    chars: list[str] = []
+    where: list[int] = []
+    for m in re.finditer(r"\S+", raw):
+        if chars:
+            chars.append(" ")
+            where.append(m.start() - 1)
+        chars.extend(m.group())
+        where.extend(range(m.start(), m.end()))
+    return "".join(chars), where
+
+
+def _spans(body: str, fragments: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for frag in fragments:
+        frag = " ".join(frag.split())
+        start = body.find(frag)
+        while frag and start >= 0:
+            out.append((start, start + len(frag)))
+            start = body.find(frag, start + 1)
+    return out
+
+
+def _recognised(body: str, a: int, b: int) -> bool:
+    """A version, a model name or a setting written as a flag or argument."""
+    token = body[a:b]
+    before, after = body[max(0, a - 24) : a], body[b : b + 2]
+    if re.fullmatch(r"\d+(?:\.\d+){2,}", token):  # 0.4.13, 2.13.0
+        return True
+    if re.search(r"(?:[<>=]=?|~=)$", before):  # lm-eval>=0.4.11,<0.5
+        return True
+    if before[-1:].isalpha() or re.match(r"[BbMm](?![a-z])", after):  # qwen2.5, 1.5B
+        return True
+    if token == "95 %" and re.match(r" (?:BCa|CI|confidence|interval)", body[b : b + 12]):
+        return True  # the confidence level of an interval
+    return bool(SETTING.search(before) or re.search(r"(?:^|[\s(])[αφψ] = $", before))
+
+
+def audit(raw: str, claims: list[str], allowed: list[tuple[str, str]]) -> list[str]:
+    """The numbers of ``raw`` that look like results and no claim or allowed fragment covers,
+    each as ``line N: 'number' in …context…``."""
+    body, where = _normalise(raw)
+    hidden = _hidden(raw)
+    covered = _spans(body, claims) + _spans(body, [frag for frag, _ in allowed])
+    out = []
+    for m in NUMBER.finditer(body):
+        a, b = m.span()
+        if (b < len(body) and body[b].isdigit()) or (a and body[a - 1].isdigit()):
+            continue  # part of a longer token the pattern split
+        if any(x <= where[a] < y for x, y in hidden) or _recognised(body, a, b):
+            continue
+        if any(x <= a and b <= y for x, y in covered):
+            continue
+        line = raw.count("\n", 0, where[a]) + 1
+        out.append(f"line {line}: {m.group()!r} in …{body[max(0, a - 40) : b + 25]}…")
+    return out
+
+
+AUDITED = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+
+# Numbers that are not results, per document: a fragment that holds them (so the entry names
+# the place, not the number) and its kind.
+ALLOWED: dict[str, list[tuple[str, str]]] = {
+    "docs/commands.md": [
+        ("clean BAC ≥ 70 % (`--min_clean_bac`)", "setting"),
+        ("(AUC > 0.5)", "formula constant"),
+        ("α = 0.05 with power 0.8 (`--alpha`, `--power`)", "setting"),
+        ("`--clean_margin` (default 0.01, one BAC point)", "setting"),
+        ("`--clean_margin` (default 0.01, one point)", "setting"),
+        ("`--confidence` 0.5–0.999", "setting"),
+        ("AdamW lr 1e-3", "setting"),
+        ("not against 50 %", "formula constant"),
+        ("log-likelihoods within 2e-4", "setting"),
+        ("(default `1e-4,1e-2,1`;", "setting"),
+        ("grid `1e-4 … 1`", "setting"),
+    ],
+    "docs/engines-and-install.md": [("Python 3.11", "version")],
+    "docs/engines.md": [
+        ("(default 0.92,", "setting"),
+        ("`debiased_vllm` sets 0.3 on a CPU", "setting"),
+        ("vLLM ≥ 0.32", "version"),
+        ("below 2e-3 (bare, constant) and 5e-3 (merged ridge)", "setting"),
+        ("labels below 2e-3", "setting"),
+        ("log-likelihoods within 2e-4", "setting"),
+    ],
+    "docs/leaderboard.md": [
+        ("A spread with p ≥ 0.05", "setting"),
+        ("failure ratio and level, 0.1 and 0.05", "setting"),
+        ("adjusted p is below 0.05", "setting"),
+        ("at 70 % accuracy (`spread_null.", "setting"),
+        ("half-widths are 1.96 SE", "formula constant"),
+        ("| 95 % CI half-width", "setting"),
+    ],
+    "docs/method-and-metrics.md": [
+        ("`--clean_margin` (default 0.01, one BAC point)", "setting"),
+    ],
+    "docs/tasks-and-settings.md": [
+        ("`text_rate` (0.05)", "setting"),
+        (
+            "70 × 71 = 4 970 distinct prompts (identical prompts are computed once): 3.4 times",
+            "formula constant",
+        ),
+    ],
+}
+
+
+def _claims_of(doc: str) -> list[str]:
+    return [c for name, (d, _) in CLAIMS.items() if d == doc for c in rendered(name)]
+
+
+@pytest.mark.parametrize("doc", AUDITED)
+def test_every_number_is_read_from_its_file(doc: str) -> None:
+    unexplained = audit(
+        (ROOT / doc).read_text(encoding="utf-8"), _claims_of(doc), ALLOWED.get(doc, [])
+    )
+    assert not unexplained, (
+        f"{doc}: numbers that no claim reads from a committed file (add a claim in "
+        f"tests/test_docs_numbers.py, or list a number that is not a result in ALLOWED with its "
+        f"kind): {unexplained}"
+    )
+
+
+def test_allowed_entries_are_live() -> None:
+    for doc, entries in ALLOWED.items():
+        body = text(doc)
+        for frag, kind in entries:
+            assert kind in KINDS, (doc, frag, kind)
+            assert " ".join(frag.split()) in body, f"{doc}: allowed fragment gone: {frag!r}"
+            assert NUMBER.search(frag), f"{doc}: allowed fragment holds no number: {frag!r}"
+
+
+def test_audit_finds_a_new_result_without_a_claim() -> None:
+    doc = (
+        "Qwen2.5-Coder 1.5B on lm-eval 0.4.13 (`lm-eval>=0.4.11,<0.5`), `--phi 0.05`.\n"
+        "The drop is 6.0 points [−9.2, −4.0].\n"
+        "<!-- docs-run\nargs 1: --lam 0.5\n-->\n"
+        "```bash\nlm_eval --tasks x \\\n    --metadata '{\"n\": 2}'  # 0.25 here\n```\n"
+        "```\n| task | BAC |\n| ni065 | 71.4 |\n```\n"
+        "It certifies 9.5 % of the examples, 4 of 16 below 90 %.\n"
+    )
+    claims = ["The drop is 6.0 points [−9.2, −4.0]"]
+    found = audit(doc, claims, [("below 90 %", "setting")])
+    assert [f.split(":")[0] for f in found] == ["line 12", "line 14", "line 14"]
+    assert "'71.4'" in found[0] and "'9.5 %'" in found[1] and "'4 of 16'" in found[2]
+    # a number added later beside a claimed one is found too
+    found = audit(doc.replace("−4.0].", "−4.0], 3.7 after ridge."), claims, [])
+    assert any("'3.7'" in f for f in found) and any("'90 %'" in f for f in found)
+    # timings and speed ratios are results too; plain integers, sizes and arithmetic are not
+    found = audit("It took 481 s (2 min 21 s on the quick look), 2–3× faster.", [], [])
+    assert [f.split("'")[1] for f in found] == ["481 s", "2 min", "21 s", "2–3×"]
+    assert audit("All 100 examples, 70 × 21 = 1 470 prompts, K = 200, 3 folds.", [], []) == []

@@ -151,3 +151,29 @@ def test_a_scorer_of_the_wrong_length_is_refused() -> None:
 def test_bad_settings_are_refused(kw: dict) -> None:
     with pytest.raises(CorrectionError):
         GenTuneSettings(**kw)
+
+
+def test_command_and_api_share_one_default_grid() -> None:
+    """``fit --layer --select generation`` without grids tries what ``GenTuneSettings()`` tries."""
+    import argparse
+
+    from lm_eval_robust.cli.fit_layers import check_layer_args
+
+    args = argparse.Namespace(
+        method="ridge",
+        positions="prompt",
+        k=None,
+        lam="auto",
+        alpha="0",
+        select="generation",
+        k_grid=None,
+        lam_grid=None,
+        gen_folds=None,
+        gen_kwargs=None,
+        clean_margin=None,
+        seed=0,
+    )
+    parsed = check_layer_args(args)
+    default = GenTuneSettings()
+    assert (parsed.ks, parsed.lams_rel) == (default.ks, default.lams_rel)
+    assert (parsed.gen_folds, parsed.clean_margin) == (default.n_folds, default.clean_margin)

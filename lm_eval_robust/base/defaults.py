@@ -9,6 +9,8 @@ __all__ = [
     "DEFAULT_CLEAN_MARGIN",
     "DEFAULT_FOLDS",
     "DEFAULT_GEN_FOLDS",
+    "DEFAULT_GEN_K_GRID",
+    "DEFAULT_GEN_LAM_GRID",
     "DEFAULT_RADII_PHI",
     "DEFAULT_RESAMPLES",
 ]
@@ -18,6 +20,12 @@ DEFAULT_FOLDS = 5
 
 #: grouped folds of the choice of k and λ by held-out generation score (``--select generation``)
 DEFAULT_GEN_FOLDS = 3
+
+#: the k values (principal components) and relative λ values that ``--select generation`` tries
+#: (``GenTuneSettings`` and ``fit --layer --select generation``); each value costs a pass of
+#: generations per fold, so the grid is smaller than the feature-error grid of a plain layer fit
+DEFAULT_GEN_K_GRID = (1, 2)
+DEFAULT_GEN_LAM_GRID = (1e-4, 1e-2, 1.0)
 
 #: how far (a score difference, 0.01 = one point) a chosen correction's held-out clean score may
 #: fall below no correction's (``fit --method auto``, ``--select generation``)

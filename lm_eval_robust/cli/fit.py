@@ -183,12 +183,11 @@ def _fit_many(args: argparse.Namespace) -> int:
             for key in keys:
                 one = argparse.Namespace(**vars(args))
                 one.task, one.out = key, str(staged / f"{key}.safetensors")
-                one.final_out = str(out / f"{key}.safetensors")
                 if args.features:
                     one.features = str(Path(args.features) / f"{key}_train")
                 if args.plot:
                     one.plot = str(staged / f"{key}_search.png")
-                rc = _fit_one(one)
+                rc = _fit_one(one, lands_at=out / f"{key}.safetensors")
                 if rc:
                     raise _FitFailed(rc)  # nothing lands: the staged folder is removed
     except _FitFailed as failed:
@@ -204,7 +203,9 @@ class _FitFailed(Exception):
         self.rc = rc
 
 
-def _fit_one(args: argparse.Namespace) -> int:
+def _fit_one(args: argparse.Namespace, lands_at: Any = None) -> int:
+    """One correction into ``-o``; ``lands_at`` is where the summary says it lands when ``-o``
+    is a staged file that is moved there afterwards (``fit --tasks``)."""
     import json
     from pathlib import Path
 
@@ -285,19 +286,21 @@ def _fit_one(args: argparse.Namespace) -> int:
             )
             return 0
     if args.method == "auto":
-        return _fit_auto(feats, settings, args, out)
+        return _fit_auto(feats, settings, args, out, lands_at)
     correction = fit_features(feats, settings)
     save(correction, out)
     summary = {"task": correction.task, **fit_summary(correction)}
     summary.pop("n_examples", None)
     if correction.stats.get("b") is not None:
         summary["b"] = correction.stats["b"]
-    summary["out"] = getattr(args, "final_out", None) or str(out)  # where it lands
+    summary["out"] = str(lands_at or out)
     print(json.dumps(summary))
     return 0
 
 
-def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> int:
+def _fit_auto(
+    feats: Any, settings: Any, args: argparse.Namespace, out: Any, lands_at: Any = None
+) -> int:
     """``--method auto``: grouped CV on train, the chosen kind refitted and saved with its table."""
     import json
 
@@ -327,7 +330,7 @@ def _fit_auto(feats: Any, settings: Any, args: argparse.Namespace, out: Any) -> 
         r["method"]: None if r["skipped"] else [r["bac_clean"], r["bac_pert"]]
         for r in info["table"]
     }
-    summary["out"] = getattr(args, "final_out", None) or str(out)  # where it lands
+    summary["out"] = str(lands_at or out)
     print(json.dumps(summary))
     return 0
 

@@ -24,7 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.base.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
+from lm_eval_robust.base.defaults import (
+    DEFAULT_CLEAN_MARGIN,
+    DEFAULT_GEN_FOLDS,
+    DEFAULT_GEN_K_GRID,
+    DEFAULT_GEN_LAM_GRID,
+)
 from lm_eval_robust.base.errors import UserError
 
 SUFFIX = "_text_pert"
@@ -48,10 +53,6 @@ def _out_path(out: Path, key: str, layer: int, several: bool) -> Path:
     if out.suffix == ".safetensors":
         return out
     return out / f"{key}.safetensors"
-
-
-DEFAULT_K_GRID = (1, 2)
-DEFAULT_LAM_GRID = (1e-4, 1e-2, 1.0)
 
 
 @dataclass(frozen=True)
@@ -218,8 +219,8 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
         alpha=float(alpha),
         positions=args.positions,
         select=args.select,
-        ks=_grid("--k_grid", args.k_grid, DEFAULT_K_GRID, int),
-        lams_rel=_grid("--lam_grid", args.lam_grid, DEFAULT_LAM_GRID, float),
+        ks=_grid("--k_grid", args.k_grid, DEFAULT_GEN_K_GRID, int),
+        lams_rel=_grid("--lam_grid", args.lam_grid, DEFAULT_GEN_LAM_GRID, float),
         gen_folds=folds,
         gen_kwargs=_gen_kwargs(args.gen_kwargs) if generation else {},
         clean_margin=margin,

@@ -30,14 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.base.defaults import DEFAULT_CLEAN_MARGIN, DEFAULT_GEN_FOLDS
+from lm_eval_robust.base.defaults import (
+    DEFAULT_CLEAN_MARGIN,
+    DEFAULT_GEN_FOLDS,
+    DEFAULT_GEN_K_GRID,
+    DEFAULT_GEN_LAM_GRID,
+)
 from lm_eval_robust.scoring.correction import CorrectionError
 from lm_eval_robust.scoring.fit.folds import grouped_folds
-from lm_eval_robust.scoring.generation.fit import (
-    LAM_GRID_REL,
-    LayerCorrection,
-    fit_layer_correction,
-)
+from lm_eval_robust.scoring.generation.fit import LayerCorrection, fit_layer_correction
 
 __all__ = [
     "GenTuneSettings",
@@ -57,8 +58,8 @@ Score = Callable[
 class GenTuneSettings:
     """The grid and the rule (see the module docstring)."""
 
-    ks: tuple[int, ...] = (1, 2, 4)
-    lams_rel: tuple[float, ...] = LAM_GRID_REL
+    ks: tuple[int, ...] = DEFAULT_GEN_K_GRID
+    lams_rel: tuple[float, ...] = DEFAULT_GEN_LAM_GRID
     n_folds: int = DEFAULT_GEN_FOLDS
     seed: int = 0
     clean_margin: float = DEFAULT_CLEAN_MARGIN
