@@ -7,14 +7,17 @@
 #   lm-eval-robust leaderboard runs/wrap_bb/* -o runs/wrap_bb_leaderboard
 #
 # N_EXAMPLES (a seeded sample of each task's docs) and K (perturbations per example) come from
-# `lm-eval-robust plan` on a pilot run; TASKS can be overridden (comma list of BIG-bench names).
+# `lm-eval-robust plan` on a pilot run; TASKS (default: all fifteen lm-eval BIG-bench multiple-choice
+# tasks of ../shared/data/bigbench) can be overridden with a comma list of BIG-bench names.
+# Scores are cached in OUT.cache.* (--use_cache): a run killed part way resumes where it stopped.
 set -euo pipefail
 MODEL=${1:?model alias or folder}
 OUT=${2:?output folder}
 N=${3:-30}
 K=${4:-4}
 DATA=${LOCAL_DATA:-$HOME/lmer-data}
-TASKS=${TASKS:-navigate,causal_judgment,sports_understanding,snarks,geometric_shapes,penguins_in_a_table}
+ALL=causal_judgment,date_understanding,disambiguation_qa,geometric_shapes,logical_deduction,movie_recommendation,navigate,penguins_in_a_table,reasoning_about_colored_objects,ruin_names,salient_translation_error_detection,snarks,sports_understanding,temporal_sequences,tracking_shuffled_objects
+TASKS=${TASKS:-$ALL}
 names=""
 for t in ${TASKS//,/ }; do
   for kind in format text; do
@@ -23,4 +26,4 @@ for t in ${TASKS//,/ }; do
 done
 lm_eval --model debiased_hf --model_args "pretrained=${MODEL}" --tasks "${names%,}" \
   --metadata "{\"local_data\": \"${DATA}\", \"n_examples\": ${N}, \"n_perturbations\": ${K}}" \
-  --output_path "${OUT}" --log_samples
+  --output_path "${OUT}" --log_samples --use_cache "${OUT}.cache"

@@ -75,15 +75,50 @@ def test_fast_path_used_for_labels(tiny_model_dir: Path, requests: list, monkeyp
     assert all(isinstance(v, float) for v, _ in got)
 
 
-def test_long_continuations_fall_back(tiny_model_dir: Path) -> None:
+def _answers(ours: Any, context: str, answers: list[str]) -> list[Any]:
     from lm_eval.api.instance import Instance
 
+    return [Instance("loglikelihood", {}, (context, a), i) for i, a in enumerate(answers)]
+
+
+def test_multi_token_answers_take_the_last_positions_path(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multiple-choice task's answers of 5 to ``max_scored_tokens`` tokens are scored at their
+    own positions, sharing one forward of the question through the prefix cache, with the
+    harness's log-likelihoods and greedy flags."""
+    from lm_eval.models.huggingface import HFLM
+
     hf, ours = _models(tiny_model_dir)
-    long = " the brown cat sits perched on atop of the bed peering forward" * 2
-    reqs = [
-        Instance("loglikelihood", {}, ("Sentence: hello there", long), 0),
-        Instance("loglikelihood", {}, ("Answer:", " A"), 0),
+    context = "Question: " + "which of these dates comes first in the calendar year " * 4
+    answers = [
+        " the brown cat sits on the bed",
+        " 05/01/2021 is the day before the party",
+        " on atop of the bed peering forward twice",
+        " A",
     ]
+    reqs = _answers(ours, context, answers)
+    lengths = [len(ours.tok_encode(a)) for a in answers]
+    assert max(lengths) > ours.max_fast_tokens and max(lengths) <= ours.max_scored_tokens
+    ref = hf.loglikelihood(reqs, disable_tqdm=True)
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the harness's full-logits path was used")
+
+    monkeypatch.setattr(HFLM, "_loglikelihood_tokens", boom)
+    got = ours.loglikelihood(reqs, disable_tqdm=True)
+    for (a, ga), (b, gb) in zip(ref, got, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+        assert ga == gb
+    assert ours._prefix_cache is not None
+    assert ours._prefix_cache.stats.n_cached_rows >= 3  # the answers shared the question's cache
+
+
+def test_long_continuations_fall_back(tiny_model_dir: Path) -> None:
+    hf, ours = _models(tiny_model_dir)
+    long = " the brown cat sits perched on atop of the bed peering forward" * 4
+    assert len(ours.tok_encode(long)) > ours.max_scored_tokens
+    reqs = _answers(ours, "Sentence: hello there", [long, " A"])
     ref = hf.loglikelihood(reqs, disable_tqdm=True)
     got = ours.loglikelihood(reqs, disable_tqdm=True)
     for (a, _), (b, _) in zip(ref, got, strict=True):

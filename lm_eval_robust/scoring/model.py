@@ -304,8 +304,13 @@ class DebiasedHFLM(HFLM):
                 self._prefix_cache.clear()
 
     # ------------------------------------------------------------------ log-likelihood
-    #: continuations up to this many tokens take the last-positions path
+    #: our own tasks' label continuations up to this many tokens take the last-positions path
+    #: (a correction acts on a label's last token; longer labels are refused with a correction)
     max_fast_tokens: int = 4
+    #: any other task's continuations up to this many tokens take it too: a multiple-choice
+    #: task's answers (BIG-bench's dates, names and sentences) are scored at their own positions
+    #: and, through the prefix cache, share one forward of the question they continue
+    max_scored_tokens: int = 32
 
     def loglikelihood(
         self, requests: list[Any], disable_tqdm: bool = False
@@ -333,7 +338,8 @@ class DebiasedHFLM(HFLM):
                 # max_length tokens as --model hf scores it, and counted in a warning
                 refused = mine or _is_wrapped(req)
                 (cut if refused else cut_other)[str(req.task_name)].append(n_tokens)
-            if not 1 <= len(cont_enc) <= self.max_fast_tokens:
+            limit = self.max_fast_tokens if mine else self.max_scored_tokens
+            if not 1 <= len(cont_enc) <= limit:
                 slow.append(i)
                 continue
             # the harness's input window: the last max_length tokens of ctx+cont[:-1]
@@ -573,7 +579,10 @@ class DebiasedHFLM(HFLM):
         if self._prefix_cache is not None:
             # rows sharing a prompt prefix (Definition + demonstrations) stay together, so each
             # prefix's key/value cache is computed once
-            order = self._prefix_cache.plan([r.inp for r in rows], n_keep=self.max_fast_tokens)
+            # a shared prefix ends before every scored position of its rows
+            longest = max(len(cont) for r in rows for _, cont in r.requests)
+            n_keep = max(self.max_fast_tokens, longest)
+            order = self._prefix_cache.plan([r.inp for r in rows], n_keep=n_keep)
             rows = [rows[i] for i in order]
         else:
             rows = sorted(rows, key=lambda r: (-len(r.inp), r.inp, r.key or ""))
