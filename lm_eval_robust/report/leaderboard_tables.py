@@ -11,8 +11,6 @@ import json
 import math
 from typing import Any
 
-from lm_eval_robust.metrics.cert_splits import RuleSummary
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS
 from lm_eval_robust.report.compare import MEASURES, Comparison
 from lm_eval_robust.report.leaderboard import (
     COLUMNS,
@@ -23,6 +21,8 @@ from lm_eval_robust.report.leaderboard import (
     within_noise,
 )
 from lm_eval_robust.report.markdown import markdown_table
+from lm_eval_robust.stats.cert_splits import RuleSummary
+from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS
 
 __all__ = ["to_csv", "to_json", "to_markdown"]
 
