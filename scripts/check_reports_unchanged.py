@@ -285,7 +285,7 @@ def _refusal(path: Path, size: int = 0) -> str | None:
 def update(check: Check, made: dict[str, bytes | None]) -> str | None:
     """Make the committed files of ``check`` what its command writes now; the reason it could
     not, or None. ``made``: :func:`produce`'s output for the check."""
-    from lm_eval_robust.atomic import write_file
+    from lm_eval_robust.base.atomic import write_file
 
     if check.folder is not None:
         for held in sorted(check.folder.iterdir()):
