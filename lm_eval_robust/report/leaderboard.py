@@ -28,6 +28,12 @@ Beside the measures, every row carries what a reader needs to take them at their
   splits with their held-back check (:mod:`lm_eval_robust.metrics.cert_splits`);
 * and, over the models, paired differences on shared examples with Holm's rule and rank
   intervals (:mod:`lm_eval_robust.report.compare`).
+
+A wrapped stock lm-eval task (``<task>_robust_format`` / ``_robust_text``) also carries its own
+per-doc metric (``acc`` for BIG-bench, MMLU, ARC; ``exact_match`` for GSM8K): its rows get that
+metric's clean and perturbed score, drop and worst case (:data:`STOCK_COLUMNS`), from the logged
+per-prompt values with the same clustered BCa intervals, and the mean rows average them over the
+tasks of the same metric only (:attr:`LeaderboardRow.stock`, keyed by the metric's label).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import numpy as np
 
 from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
 from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.bootstrap import bca_interval
+from lm_eval_robust.metrics.bootstrap import bca_interval, jackknife_weights, resample_weights
 from lm_eval_robust.metrics.cert_splits import (
     RULES,
     RuleSummary,
@@ -59,13 +65,16 @@ from lm_eval_robust.metrics.robustness import (
 )
 from lm_eval_robust.metrics.spread_null import SpreadNull, mean_null, spread_null
 from lm_eval_robust.report.compare import Comparison, compare_models
-from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, protocol_settings
+from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, StockValues, protocol_settings
+from lm_eval_robust.wrap.metrics import STOCK_STATS, StockTable
 
 __all__ = [
     "COLUMNS",
+    "STOCK_COLUMNS",
     "Cell",
     "Leaderboard",
     "LeaderboardRow",
+    "StockCells",
     "build_leaderboard",
     "within_noise",
 ]
@@ -88,6 +97,16 @@ COLUMNS: dict[str, str] = {
 }
 
 
+#: the statistics of a stock task's own metric the tables show, with their header after the
+#: metric's name (``acc clean``); the CSV and JSON carry every one of :data:`STOCK_STATS`
+STOCK_COLUMNS: dict[str, str] = {
+    "clean": "clean",
+    "pert": "perturbed",
+    "drop": "drop",
+    "worst": "worst-case",
+}
+
+
 class LeaderboardError(UserError):
     """Runs that cannot make one leaderboard; the message names the problem and the fix."""
 
@@ -106,6 +125,23 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class StockCells:
+    """A stock task's own metric in one row: the first metric lm-eval lists for the task
+    (``listed``: all it reports), its statistics (:data:`STOCK_STATS`) and, in a mean row, the
+    number of tasks of that metric it averages."""
+
+    metric: str
+    filter: str
+    listed: tuple[str, ...]
+    n_tasks: int
+    cells: Mapping[str, Cell]
+
+    @property
+    def label(self) -> str:
+        return self.metric if self.filter == "none" else f"{self.metric} ({self.filter})"
+
+
+@dataclass(frozen=True)
 class LeaderboardRow:
     model: str
     kind: str
@@ -117,6 +153,7 @@ class LeaderboardRow:
     variants: Mapping[str, float] = field(default_factory=dict)  # per-variant BAC (tasks only)
     spread: SpreadNull | None = None  # permutation null of best/worst/median/spread
     certs: Mapping[str, RuleSummary] = field(default_factory=dict)  # rule -> rate and check
+    stock: Mapping[str, StockCells] = field(default_factory=dict)  # metric label -> its cells
 
 
 @dataclass(frozen=True)
@@ -139,6 +176,25 @@ class Leaderboard:
             if (r.model, r.kind, r.task) == (model, kind, task):
                 return r
         return None
+
+    def stock_labels(self, kind: str | None = None) -> tuple[str, ...]:
+        """The stock metrics' labels of the rows (of one kind), in order of first appearance."""
+        seen = dict.fromkeys(
+            label for r in self.rows if kind is None or r.kind == kind for label in r.stock
+        )
+        return tuple(seen)
+
+    def stock_listed(self) -> dict[str, tuple[str, ...]]:
+        """Per task reporting several stock metrics, all of them in lm-eval's order (the
+        tables show the first)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for r in self.rows:
+            if r.task == MEAN:
+                continue
+            for sc in r.stock.values():
+                if len(sc.listed) > 1:
+                    out[r.task] = sc.listed
+        return dict(sorted(out.items()))
 
     def mean_certificates(self) -> Iterator[tuple[str, str, RuleSummary]]:
         """``(kind, model, summary)`` of every certificate rule of the mean rows, in the order
@@ -186,6 +242,27 @@ def _cells(rep: Replicates, confidence: float) -> dict[str, Cell]:
         lo, hi = (math.nan, math.nan) if degenerate else (float(low[i]), float(high[i]))
         out[name] = Cell(float(rep.estimate[i]), lo, hi)
     return out
+
+
+def _stock_replicates(t: StockTable, n_resamples: int, seed: int) -> Replicates:
+    """Clustered bootstrap and jackknife of a stock metric's statistics (:data:`STOCK_STATS`),
+    examples resampled with all their prompts, as :func:`replicates` does for BAC."""
+    e = t.n_examples
+    est = t.statistics(np.ones((1, e)))[0]
+    if e < 2:
+        nan = np.full((0, len(STOCK_STATS)), np.nan)
+        return Replicates(STOCK_STATS, est, nan, nan)
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate(
+        [t.statistics(w) for w in resample_weights(e, n_resamples, rng, max_elements=1 << 18)]
+    )
+    jack = np.concatenate([t.statistics(w) for w in jackknife_weights(e, max_elements=1 << 18)])
+    return Replicates(STOCK_STATS, est, boot, jack)
+
+
+def stock_table(sv: StockValues) -> StockTable:
+    """The per-example sums of a task's stock metric."""
+    return StockTable.from_items(sv.item_list(), sv.higher_is_better)
 
 
 def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray]:
@@ -238,6 +315,7 @@ def build_leaderboard(
     kinds_seen: list[str] = []
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
     extras: dict[tuple[str, str], tuple[SpreadNull, dict[str, SplitFlags]]] = {}
+    stock_reps: dict[tuple[str, str], tuple[StockValues, Replicates, StockTable]] = {}
     n_boot = min(n_resamples, 2000)
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
@@ -261,6 +339,15 @@ def build_leaderboard(
             )
             extras[(run.label, task)] = (null, flags)
             certs = {r: summarize([f], phi, n_boot, confidence, seed + i) for r, f in flags.items()}
+            stock: dict[str, StockCells] = {}
+            if tr.stock is not None:
+                st = stock_table(tr.stock)
+                srep = _stock_replicates(st, n_resamples, seed + i)
+                stock_reps[(run.label, task)] = (tr.stock, srep, st)
+                sv = tr.stock
+                stock[sv.label] = StockCells(
+                    sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
+                )
             rows.append(
                 LeaderboardRow(
                     model=run.label,
@@ -273,6 +360,7 @@ def build_leaderboard(
                     variants=variant_bac(items),
                     spread=null,
                     certs=certs,
+                    stock=stock,
                 )
             )
         for kind, entries in by_kind.items():
@@ -302,6 +390,10 @@ def build_leaderboard(
             mean_certs = {
                 r: summarize([f[r] for _, f in ext], phi, n_boot, confidence, seed) for r in rules
             }
+            mean_stock, more = _mean_stock(
+                model, kind, [t for t, _, _ in kept], stock_reps, confidence
+            )
+            notes += more
             rows.append(
                 LeaderboardRow(
                     model=model,
@@ -313,6 +405,7 @@ def build_leaderboard(
                     cells=_cells(mean_rep, confidence),
                     spread=mean_null([n for n, _ in ext]),
                     certs=mean_certs,
+                    stock=mean_stock,
                 )
             )
             short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]
@@ -353,6 +446,47 @@ def build_leaderboard(
         n_splits=n_splits,
         n_permutations=n_permutations,
     )
+
+
+def _mean_stock(
+    model: str,
+    kind: str,
+    tasks: Sequence[str],
+    stock_reps: Mapping[tuple[str, str], tuple[StockValues, Replicates, StockTable]],
+    confidence: float,
+) -> tuple[dict[str, StockCells], list[str]]:
+    """A mean row's stock metrics: per metric, the mean over the tasks of that metric only
+    (tasks resampled independently, as for BAC), and notes where that is not every task."""
+    by_label: dict[str, list[tuple[StockValues, Replicates]]] = {}
+    for t in tasks:
+        hit = stock_reps.get((model, t))
+        if hit is not None:
+            by_label.setdefault(hit[0].label, []).append((hit[0], hit[1]))
+    out: dict[str, StockCells] = {}
+    notes: list[str] = []
+    for label, entries in by_label.items():
+        rep, n_ok = _mean_replicates([r for _, r in entries])
+        first = entries[0][0]
+        listed = tuple(dict.fromkeys(m for sv, _ in entries for m in sv.listed))
+        out[label] = StockCells(
+            first.metric, first.filter, listed, len(entries), _cells(rep, confidence)
+        )
+        if len(entries) < len(tasks):
+            notes.append(
+                f"{model}, {kind}: the {label} columns average the {len(entries)} of "
+                f"{len(tasks)} tasks whose own metric is {label}"
+            )
+        short = [
+            f"{label} {STOCK_COLUMNS[n]}"
+            for n, c in zip(STOCK_STATS, n_ok, strict=True)
+            if c < len(entries) and n in STOCK_COLUMNS
+        ]
+        if short:
+            notes.append(
+                f"{model}, {kind}: the mean of {', '.join(short)} leaves out tasks where it is "
+                "undefined"
+            )
+    return out, notes
 
 
 def _setting_notes(runs: Sequence[Run]) -> list[str]:

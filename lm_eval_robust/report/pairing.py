@@ -30,6 +30,7 @@ __all__ = [
     "PairedTask",
     "ReportError",
     "Run",
+    "StockValues",
     "TaskRun",
     "UnpairableError",
     "label_runs",
@@ -82,6 +83,27 @@ class UnpairableError(ReportError):
 
 
 @dataclass(frozen=True, eq=False)
+class StockValues:
+    """A wrapped stock task's own per-doc metric (its samples' ``stock_<metric>_*`` values): the
+    first metric lm-eval lists for the task (``acc`` before ``acc_norm``), under the first filter
+    its samples name (``strict-match`` before ``flexible-extract``)."""
+
+    metric: str
+    filter: str
+    listed: tuple[str, ...]  # every stock metric the task reports, in lm-eval's order
+    higher_is_better: bool
+    items: dict[tuple[str, int], dict[str, Any]]  # example_id, pert_id, variant, value
+
+    @property
+    def label(self) -> str:
+        """The metric's name in tables: ``acc``, or ``exact_match (strict-match)``."""
+        return self.metric if self.filter == "none" else f"{self.metric} ({self.filter})"
+
+    def item_list(self) -> list[dict[str, Any]]:
+        return [self.items[k] for k in sorted(self.items)]
+
+
+@dataclass(frozen=True, eq=False)
 class TaskRun:
     """One task of one run: per-doc items keyed by (example_id, pert_id)."""
 
@@ -91,6 +113,7 @@ class TaskRun:
     items: dict[tuple[str, int], dict[str, Any]]
     doc_hashes: dict[tuple[str, int], str]
     config: Mapping[str, Any]
+    stock: StockValues | None = None  # a wrapped stock task's own metric
 
     def item_list(self) -> list[dict[str, Any]]:
         return [self.items[k] for k in sorted(self.items)]
@@ -223,6 +246,55 @@ def _item_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+STOCK_PREFIX, STOCK_CLEAN = "stock_", "_clean"
+
+
+def _stock_names(sample: Mapping[str, Any]) -> list[str]:
+    """The stock metrics a wrapped task's sample carries, in the order lm-eval lists them."""
+    listed = sample.get("metrics")
+    names = listed if isinstance(listed, list) else list(sample)
+    return [
+        str(n)[len(STOCK_PREFIX) : -len(STOCK_CLEAN)]
+        for n in names
+        if isinstance(n, str)
+        and n.startswith(STOCK_PREFIX)
+        and n.endswith(STOCK_CLEAN)
+        and isinstance(sample.get(n), Mapping)
+        and "value" in sample[n]
+    ]
+
+
+def _stock_of(
+    lines: Sequence[tuple[str, list[str], Mapping[str, Any]]],
+    keys: set[tuple[str, int]],
+    higher_is_better: Mapping[str, Any],
+) -> StockValues | None:
+    """The first stock metric of a wrapped task's samples (``(filter, metrics, values)`` per
+    line), under the first filter, for the docs ``keys`` (those of complete examples); None for
+    a task that reports none."""
+    if not lines:
+        return None
+    flt, listed, _ = lines[0]
+    metric = listed[0]
+    items: dict[tuple[str, int], dict[str, Any]] = {}
+    for f, _, values in lines:
+        v = values.get(metric)
+        if f != flt or v is None:
+            continue
+        key = (str(v["example_id"]), int(v["pert_id"]))
+        if key in keys:
+            items[key] = {
+                "example_id": key[0],
+                "pert_id": key[1],
+                "variant": str(v.get("variant", "clean")),
+                "value": float(v["value"]),
+            }
+    if not items:
+        return None
+    hib = higher_is_better.get(f"{STOCK_PREFIX}{metric}{STOCK_CLEAN}", True)
+    return StockValues(metric, flt, tuple(listed), bool(hib), items)
+
+
 def _complete(
     items: dict[tuple[str, int], dict[str, Any]], task: str, notes: list[str]
 ) -> dict[tuple[str, int], dict[str, Any]]:
@@ -239,14 +311,22 @@ def _complete(
 
 
 def _read_samples(
-    file: Path, task: str, config: Mapping[str, Any]
+    file: Path,
+    task: str,
+    config: Mapping[str, Any],
+    higher_is_better: Mapping[str, Any] | None = None,
 ) -> tuple[TaskRun | None, list[str]]:
     items: dict[tuple[str, int], dict[str, Any]] = {}
     hashes: dict[tuple[str, int], str] = {}
     kinds: set[str] = set()
     splits: set[str] = set()
     notes: list[str] = []
+    stock_lines: list[tuple[str, list[str], Mapping[str, Any]]] = []
     for n, sample in read_sample_lines(file, ReportError):
+        names = _stock_names(sample)
+        if names:  # a wrapped stock task: keep its own metric's per-doc values
+            values = {m: sample[f"{STOCK_PREFIX}{m}{STOCK_CLEAN}"] for m in names}
+            stock_lines.append((str(sample.get("filter", "none")), names, values))
         item = _item_of(sample)
         if item is None:
             return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
@@ -278,7 +358,8 @@ def _read_samples(
     split = "/".join(sorted(s for s in splits if s)) or str(
         kwargs.get("lmer_split") or md.get("lmer_split", "")
     )
-    return TaskRun(task, kind, split, items, hashes, config), notes
+    stock = _stock_of(stock_lines, set(items), higher_is_better or {})
+    return TaskRun(task, kind, split, items, hashes, config, stock), notes
 
 
 def read_sample_lines(file: Path, error: type[UserError]) -> Any:
@@ -332,7 +413,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             if task in configs:
                 missing.append(task)
             continue
-        tr, more = _read_samples(file, task, configs.get(task, {}) or {})
+        hib = (results.get("higher_is_better") or {}).get(task) or {}
+        tr, more = _read_samples(file, task, configs.get(task, {}) or {}, hib)
         notes += more
         if tr is not None:
             tasks[task] = tr
