@@ -71,6 +71,7 @@ from lm_eval_robust.wrap.metrics import STOCK_STATS, StockTable
 __all__ = [
     "COLUMNS",
     "STOCK_COLUMNS",
+    "STOCK_MEASURES",
     "Cell",
     "Leaderboard",
     "LeaderboardRow",
@@ -105,6 +106,10 @@ STOCK_COLUMNS: dict[str, str] = {
     "drop": "drop",
     "worst": "worst-case",
 }
+
+
+#: the stock metric's statistics the paired model comparison tests (higher is more robust)
+STOCK_MEASURES: dict[str, str] = {"drop": "drop", "worst": "worst-case"}
 
 
 class LeaderboardError(UserError):
@@ -170,6 +175,8 @@ class Leaderboard:
     alpha: float = 0.05
     n_splits: int = 50
     n_permutations: int = 2000
+    #: per stock metric label, the paired model comparison of :data:`STOCK_MEASURES`
+    stock_comparison: Mapping[str, Comparison] = field(default_factory=dict)
 
     def row(self, model: str, kind: str, task: str = MEAN) -> LeaderboardRow | None:
         for r in self.rows:
@@ -432,6 +439,9 @@ def build_leaderboard(
                     _base_task(t): tab for t, _, tab in ents if _base_task(t) in common
                 }
         comparison = compare_models(common_tables, models, n_boot, confidence, seed)
+    stock_comparison = _compare_stock(
+        per_model, stock_reps, models, kinds_seen, n_boot, confidence, seed
+    )
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
@@ -445,7 +455,55 @@ def build_leaderboard(
         alpha=alpha,
         n_splits=n_splits,
         n_permutations=n_permutations,
+        stock_comparison=stock_comparison,
     )
+
+
+def _compare_stock(
+    per_model: Mapping[tuple[str, str], Sequence[tuple[str, Replicates, RobustTable]]],
+    stock_reps: Mapping[tuple[str, str], tuple[StockValues, Replicates, StockTable]],
+    models: Sequence[str],
+    kinds: Sequence[str],
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Comparison]:
+    """Per stock metric, paired model differences of its drop and worst case on shared
+    examples, mean over the tasks of that metric both models ran (as for BAC)."""
+    if len(models) < 2 or not stock_reps:
+        return {}
+    labels = dict.fromkeys(sv.label for sv, _, _ in stock_reps.values())
+    index = {m: STOCK_STATS.index(m) for m in STOCK_MEASURES}
+    out: dict[str, Comparison] = {}
+    for label in labels:
+        tables: dict[tuple[str, str], dict[str, StockTable]] = {}
+        for kind in kinds:
+            by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
+            common = set.intersection(
+                *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
+            )
+            for m, ents in by_model.items():
+                mine = {
+                    _base_task(t): hit[2]
+                    for t, _, _ in ents
+                    if (hit := stock_reps.get((m, t))) is not None
+                    and hit[0].label == label
+                    and _base_task(t) in common
+                }
+                if mine:
+                    tables[(m, kind)] = mine
+        if len({m for m, _ in tables}) > 1:
+            out[label] = compare_models(
+                tables,
+                models,
+                n_resamples,
+                confidence,
+                seed,
+                measures=index,
+                stats=StockTable.statistics,
+                subset=StockTable.subset,
+            )
+    return out
 
 
 def _mean_stock(

@@ -15,13 +15,14 @@ import base64
 import html
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lm_eval_robust.report.compare import MEASURES
+from lm_eval_robust.report.compare import MEASURES, Comparison
 from lm_eval_robust.report.leaderboard import (
     MEAN,
     STOCK_COLUMNS,
+    STOCK_MEASURES,
     Cell,
     Leaderboard,
     LeaderboardRow,
@@ -223,8 +224,15 @@ def _row(
     return f"<tr>{cells}</tr>"
 
 
-def _comparisons(lb: Leaderboard) -> str:
-    comp = lb.comparison
+def _comparisons(
+    lb: Leaderboard,
+    comp: Comparison | None = None,
+    names: Mapping[str, str] = MEASURES,
+    title: str = "Model comparisons: paired differences on shared examples",
+    table_id: str = "comparisons",
+) -> str:
+    """A comparison's pairs (by default the BAC measures' comparison)."""
+    comp = lb.comparison if comp is None else comp
     if comp is None or not comp.pairs:
         return ""
     rows = []
@@ -240,7 +248,7 @@ def _comparisons(lb: Leaderboard) -> str:
             else '<span class="na">not distinguishable</span>'
         )
         rows.append(
-            f'<tr><td class="l">{_e(p.kind)}</td><td class="l">{_e(MEASURES[p.measure])}</td>'
+            f'<tr><td class="l">{_e(p.kind)}</td><td class="l">{_e(names[p.measure])}</td>'
             f'<td class="l">{_e(p.model_a)}</td><td class="l">{_e(p.model_b)}</td>'
             f'<td data-v="{p.n_examples}">{p.n_examples}</td>'
             f'<td data-v="{100 * p.diff:.4f}">{100 * p.diff:+.1f}{ci}</td>'
@@ -254,12 +262,12 @@ def _comparisons(lb: Leaderboard) -> str:
         )
     )
     return (
-        "<h2>Model comparisons: paired differences on shared examples</h2>"
+        f"<h2>{_e(title)}</h2>"
         '<p class="note">A − B on the examples both models scored, mean over the tasks both '
         f"ran; {round(100 * lb.confidence)} % clustered BCa intervals ({comp.n_resamples} "
         "resamples, the same examples for both models); p two-sided from the bootstrap, "
         "Holm-adjusted over the model pairs of each kind and measure.</p>"
-        f'<table class="sortable" id="comparisons"><thead><tr>{head}</tr></thead><tbody>'
+        f'<table class="sortable" id="{_e(table_id)}"><thead><tr>{head}</tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table>"
     )
@@ -351,6 +359,16 @@ def to_html(lb: Leaderboard, figures: Sequence[Path] = ()) -> str:
             parts += [_row(lb, r, [r.task, str(r.n_examples)], False, labels) for r in tasks]
             parts.append("</tbody></table></details>")
     parts.append(_comparisons(lb))
+    for i, (label, comp) in enumerate(lb.stock_comparison.items()):
+        parts.append(
+            _comparisons(
+                lb,
+                comp,
+                {m: f"{label} {h}" for m, h in STOCK_MEASURES.items()},
+                f"Model comparisons in the task's own metric ({label})",
+                f"comparisons-stock-{i}",
+            )
+        )
     parts.append(_certificates(lb))
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from lm_eval_robust.metrics.cert_splits import RuleSummary
@@ -18,6 +19,7 @@ from lm_eval_robust.report.leaderboard import (
     COLUMNS,
     MEAN,
     STOCK_COLUMNS,
+    STOCK_MEASURES,
     Cell,
     Leaderboard,
     LeaderboardRow,
@@ -215,14 +217,20 @@ def _cert_section(lb: Leaderboard) -> list[str]:
     ]
 
 
-def _comparison_section(lb: Leaderboard) -> list[str]:
-    comp = lb.comparison
+def _comparison_section(
+    lb: Leaderboard,
+    comp: Comparison | None = None,
+    names: Mapping[str, str] = MEASURES,
+    title: str = "Model comparisons: paired differences on shared examples",
+) -> list[str]:
+    """A comparison's pairs and rank intervals (by default the BAC measures' comparison)."""
+    comp = lb.comparison if comp is None else comp
     if comp is None or not comp.pairs:
         return []
     level = round(100 * lb.confidence)
     parts = [
         "",
-        "## Model comparisons: paired differences on shared examples",
+        f"## {title}",
         "",
         f"A − B, mean over the tasks both ran, on the examples both scored; {level} % clustered "
         f"BCa intervals ({comp.n_resamples} resamples, the same examples drawn for both models); "
@@ -240,7 +248,7 @@ def _comparison_section(lb: Leaderboard) -> list[str]:
         body.append(
             [
                 p.kind,
-                MEASURES[p.measure],
+                names[p.measure],
                 p.model_a,
                 p.model_b,
                 str(p.n_examples),
@@ -252,12 +260,12 @@ def _comparison_section(lb: Leaderboard) -> list[str]:
         )
     parts.append(markdown_table(header, body))
     parts += ["", "Rank intervals (1 = most robust):", ""]
-    header = ["kind", "model", *(MEASURES[m] for m in MEASURES)]
+    header = ["kind", "model", *names.values()]
     body = []
     for kind in lb.kinds:
         for m in lb.models:
             cells = []
-            for meas in MEASURES:
+            for meas in names:
                 hit = [r for r in comp.ranks if (r.kind, r.model, r.measure) == (kind, m, meas)]
                 if not hit:
                     cells.append("–")
@@ -340,6 +348,14 @@ def to_markdown(lb: Leaderboard) -> str:
     parts += _noise_section(lb)
     parts += _cert_section(lb)
     parts += _comparison_section(lb)
+    for label, comp in lb.stock_comparison.items():
+        parts += _comparison_section(
+            lb,
+            comp,
+            {m: f"{label} {h}" for m, h in STOCK_MEASURES.items()},
+            f"Model comparisons in the task's own metric ({label}): paired differences on "
+            "shared examples",
+        )
     if lb.notes:
         parts += ["", "Notes:", ""] + [f"- {n}" for n in lb.notes]
     return "\n".join(parts) + "\n"
@@ -449,6 +465,15 @@ def to_json(lb: Leaderboard) -> str:
         },
         "n_permutations": lb.n_permutations,
         "comparison": _comparison_json(lb.comparison),
+        **(
+            {
+                "stock_comparison": {
+                    label: _comparison_json(c) for label, c in lb.stock_comparison.items()
+                }
+            }
+            if lb.stock_comparison
+            else {}
+        ),
         "notes": list(lb.notes),
     }
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
