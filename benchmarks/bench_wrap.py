@@ -41,6 +41,12 @@ def main() -> None:
     ap.add_argument("--kind", default="text", choices=("text", "format"))
     ap.add_argument("--metadata", default='{"n_examples": 24, "n_perturbations": 3}')
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        help="the dtype of both models (default float32: hf's auto would load the checkpoint's "
+        "bf16 while debiased_hf's auto loads float32 on CPU, and the ratio would compare dtypes)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
@@ -67,7 +73,7 @@ def main() -> None:
         raise SystemExit("clean requests differ from the stock task's: nothing to compare")
 
     path = resolve_pretrained(args.pretrained)
-    kw = dict(batch_size=args.batch_size, dtype="auto", device="cpu")
+    kw = dict(batch_size=args.batch_size, dtype=args.dtype, device="cpu")
     models = {"hf": HFLM(pretrained=path, **kw), "debiased_hf": DebiasedHFLM(pretrained=path, **kw)}
     runs = {
         "hf, wrapped (all prompts)": ("hf", wrapped),
@@ -93,6 +99,7 @@ def main() -> None:
     agree = first_top_label(wrapped, outputs[a]) == first_top_label(wrapped, outputs[b])
     result = {
         "model": args.pretrained,
+        "dtype": args.dtype,
         "task": wrapped_name,
         "metadata": md,
         "clean_requests_identical_to_stock": same,
@@ -115,6 +122,7 @@ def main() -> None:
         cmd = (
             f"python benchmarks/bench_wrap.py --pretrained {args.pretrained} --task {args.task} "
             f"--kind {args.kind} --metadata '{args.metadata}' --batch-size {args.batch_size} "
+            f"--dtype {args.dtype} "
             f"--repeats {args.repeats}"
         )
         lines = [

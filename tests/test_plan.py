@@ -13,6 +13,7 @@ from lm_eval_robust.metrics.bootstrap import bac_from_counts
 from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.plan import (
     PlanSettings,
+    detectable_effect,
     examples_needed,
     plan_drop,
     plan_pair,
@@ -141,6 +142,8 @@ def test_cli_refuses_bad_arguments(capsys: pytest.CaptureFixture[str], tmp_path)
     assert "one run or a pair" in capsys.readouterr().err
     assert cli_main(["plan", str(tmp_path), "--effect", "0"]) == 2
     assert "effect must be positive" in capsys.readouterr().err
+    assert cli_main(["plan", str(tmp_path), "--budget", "3"]) == 2
+    assert "cannot hold 2 examples at K = 20; give at least 42" in capsys.readouterr().err
 
 
 def test_cli_on_run_folders(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
@@ -155,3 +158,29 @@ def test_cli_on_run_folders(tmp_path, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli_main(["plan", str(base), str(deb), "--tasks", "ni220_format_pert"]) == 0
     printed = capsys.readouterr().out
     assert "| ni220_format_pert | delta_pert |" in printed and "ni065" not in printed
+
+
+def test_budget_turns_the_question_round() -> None:
+    """At a budget, each K's detectable effect is z·SE·√(E0/E) at E = budget/(1+K); the size to
+    run is the K with the smallest one, and at the examples ``needed`` for an effect the
+    detectable effect is at most that effect."""
+    table = _table(*_study(np.random.default_rng(5), 40, 10))
+    settings = PlanSettings(ks=(1, 3, 10, 50), n_resamples=1500, budget=600)
+    row = plan_drop(table, "sim", settings)
+    assert row.detectable is not None
+    for k in settings.ks:
+        want = settings.z * row.se[k] * math.sqrt(40 / (600 // (1 + k)))
+        assert row.detectable[k] == pytest.approx(want)
+        assert detectable_effect(row.se[k], 40, row.needed[k], settings.z) <= settings.effect
+    k, e, eff = row.best_at_budget(600)
+    assert eff == min(row.detectable.values()) and e == 600 // (1 + k)
+    # 50 perturbations leave 11 examples: between-example noise makes it the worst choice
+    assert row.detectable[50] > eff
+    text = to_markdown([row], settings, "pilot")
+    assert "## At a budget of 600 prompts per task" in text and f"| {e} × {k} |" in text
+    plain = PlanSettings(ks=(1, 3, 10, 50), n_resamples=1500)
+    assert "budget" not in to_markdown([plan_drop(table, "sim", plain)], plain)
+    with pytest.raises(ValueError, match="cannot hold 2 examples"):
+        PlanSettings(ks=(5,), budget=11)
+    with pytest.raises(ValueError, match="made without a budget"):
+        plan_drop(table, "sim", plain).best_at_budget(600)

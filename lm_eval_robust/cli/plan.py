@@ -41,6 +41,13 @@ def build_parser() -> CommandParser:
     p.add_argument("--power", type=float, default=0.8, help="power of the test")
     p.add_argument("--k", default="20,50,100,200", help="perturbations per example to plan for")
     p.add_argument("--resamples", type=int, default=2000, help="two-stage bootstrap resamples")
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="prompts a task may cost (clean ones included): also show the smallest effect "
+        "each K detects at that cost, and the size to run",
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--tasks", default=None, help="comma-separated tasks to keep (default: all)")
     p.add_argument("-o", "--out", default=None, help="also write the Markdown table here")
@@ -73,6 +80,7 @@ def main(argv: Sequence[str]) -> int:
             ks=ks,
             n_resamples=args.resamples,
             seed=args.seed,
+            budget=args.budget,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -23,6 +23,14 @@ The plug-in rates make within-example variance zero for an example whose pilot v
 agree, and larger ``K`` cannot reduce the between-example part: that is why ``E(K)`` levels off
 as ``K`` grows, and the table shows where adding perturbations stops paying.
 
+With a budget (``--budget``: prompts a task may cost, its clean prompts included), the question
+turns round: at ``E(K) = ⌊budget/(1+K)⌋`` examples, the smallest effect detected with that power is
+
+    Δ(K) = z · SE(E0, K) · √(E0/E(K)),
+
+and the ``K`` with the smallest ``Δ(K)`` is the size to run: few perturbations of many examples
+when examples disagree with each other more than perturbations do, the reverse otherwise.
+
 Statistics: ``delta_drop`` (perturbed minus clean BAC of one run) and, for a pair of runs,
 ``delta_pert`` (perturbed BAC of the other run minus the base run's), both in points.
 """
@@ -43,6 +51,7 @@ from lm_eval_robust.report.markdown import markdown_table
 __all__ = [
     "PlanRow",
     "PlanSettings",
+    "detectable_effect",
     "examples_needed",
     "plan_drop",
     "plan_pair",
@@ -58,6 +67,7 @@ class PlanSettings:
     ks: tuple[int, ...] = (20, 50, 100, 200)
     n_resamples: int = 2000
     seed: int = 0
+    budget: int | None = None  # prompts per task (clean ones included), or None
 
     def __post_init__(self) -> None:
         if not self.effect > 0:
@@ -70,6 +80,11 @@ class PlanSettings:
             raise ValueError(f"perturbation counts must be positive integers; got {self.ks}")
         if self.n_resamples < 100:
             raise ValueError(f"resamples must be at least 100; got {self.n_resamples}")
+        if self.budget is not None and self.budget < 2 * (1 + min(self.ks)):
+            raise ValueError(
+                f"a budget of {self.budget} prompts cannot hold 2 examples at K = {min(self.ks)}; "
+                f"give at least {2 * (1 + min(self.ks))}"
+            )
 
     @property
     def z(self) -> float:
@@ -85,6 +100,16 @@ class PlanRow:
     k_pilot: float  # mean perturbed variants per pilot example
     se: dict[int, float]  # K -> SE at E0 examples (points)
     needed: dict[int, int]  # K -> examples for the effect
+    detectable: dict[int, float] | None = None  # K -> effect detected at the budget (points)
+
+    def best_at_budget(self, budget: int) -> tuple[int, int, float]:
+        """``(K, examples, effect)`` of the size that detects the smallest effect at ``budget``
+        prompts per task (the smaller K on a tie)."""
+        det = self.detectable
+        if det is None:
+            raise ValueError("this plan was made without a budget")
+        k = min(det, key=lambda k: (det[k], k))
+        return k, budget // (1 + k), det[k]
 
 
 def examples_needed(se0: float, e0: int, effect: float, z: float) -> int:
@@ -94,6 +119,13 @@ def examples_needed(se0: float, e0: int, effect: float, z: float) -> int:
     if se0 <= 0.0:
         return 0
     return max(2, math.ceil(e0 * (z * se0 / effect) ** 2))
+
+
+def detectable_effect(se0: float, e0: int, examples: int, z: float) -> float:
+    """``z·SE0·√(E0/E)``: the effect (points) a test of that power detects at ``examples``."""
+    if not math.isfinite(se0):
+        raise ValueError("the pilot's standard error is not finite")
+    return z * se0 * math.sqrt(e0 / examples)
 
 
 def _check(table: MarginTable, task: str) -> None:
@@ -134,6 +166,12 @@ def _row(
         k_pilot=float(counts.mean()),
         se=se,
         needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
+        detectable=None
+        if settings.budget is None
+        else {
+            k: detectable_effect(s, e, settings.budget // (1 + k), settings.z)
+            for k, s in se.items()
+        },
     )
 
 
@@ -223,6 +261,8 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
         for r in rows
     ]
     lines.append(markdown_table(head, cells))
+    if settings.budget is not None:
+        lines += ["", *_budget_section(rows, settings, settings.budget)]
     if any(r.se[k] <= 0 for r in rows for k in ks):
         lines += [
             "",
@@ -230,3 +270,36 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
             "cannot tell how many examples are needed; run a pilot where the predictions vary.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _budget_section(rows: Sequence[PlanRow], settings: PlanSettings, budget: int) -> list[str]:
+    ks = settings.ks
+    head = (
+        ["task", "statistic"]
+        + [f"detectable, K={k} ({budget // (1 + k)} ex.)" for k in ks]
+        + ["size to run", "detects"]
+    )
+    cells = []
+    for r in rows:
+        k, e, eff = r.best_at_budget(budget)
+        assert r.detectable is not None
+        cells.append(
+            [
+                r.task,
+                r.statistic,
+                *(f"{r.detectable[kk]:.1f}" for kk in ks),
+                f"{e} × {k}" if r.se[k] > 0 else "–",
+                f"{eff:.1f}" if r.se[k] > 0 else "–",
+            ]
+        )
+    worst = max((r.best_at_budget(budget)[2] for r in rows if min(r.se.values()) > 0), default=0)
+    return [
+        f"## At a budget of {budget:,} prompts per task",
+        "",
+        f"The smallest effect (points) detected with the same test and power when a task may cost "
+        f"{budget:,} prompts, clean ones included: E(K) = ⌊{budget:,}/(1+K)⌋ examples at K "
+        'perturbations, Δ(K) = z·SE(E0, K)·√(E0/E(K)). "size to run" is examples × K at the '
+        f"smallest Δ; over these tasks that size detects {worst:.1f} points or more.",
+        "",
+        markdown_table(head, cells),
+    ]
