@@ -195,3 +195,109 @@ def test_page_with_stock_columns_renders_in_headless_chromium(tmp_path: Path) ->
     # model, tasks, then acc clean, perturbed, drop, worst-case (in %) before the BAC columns
     assert [float(v) for v in cells[2:6]] == pytest.approx([70.0, 75.0, 5.0, 70.0])
     assert gemma.count("<svg") >= 4
+
+
+GEN_TASK = "gsm8k_robust_text"
+GEN_STATS = ("clean", "pert", "drop", "worst", "consistency", "spread")
+
+
+def _write_gen_run(root: Path, model: str, skill: float, seed: int) -> tuple[Path, dict]:
+    """A wrapped generate_until run as lm-eval logs it: per doc one line per filter, each with
+    the stock task's exact_match under every ``stock_exact_match_<stat>``; no label scores."""
+    rng = np.random.default_rng(seed)
+    folder = root / model / model
+    folder.mkdir(parents=True)
+    stamp = "2026-01-01T00-00-00"
+    values: dict[str, dict[tuple[str, int], float]] = {"strict-match": {}, "flexible-extract": {}}
+    lines = []
+    for ex in range(12):
+        for pid in range(4):
+            variant = "clean" if pid == 0 else ("typo", "markup", "confusable")[pid - 1]
+            for flt, p in (("strict-match", skill), ("flexible-extract", min(1.0, skill + 0.3))):
+                value = float(rng.random() < p)
+                values[flt][(str(ex), pid)] = value
+                item = {
+                    "task": GEN_TASK,
+                    "example_id": str(ex),
+                    "pert_id": pid,
+                    "variant": variant,
+                    "value": value,
+                }
+                names = [f"stock_exact_match_{s}" for s in GEN_STATS]
+                lines.append({"doc_id": 4 * ex + pid, "filter": flt, "metrics": names,
+                              **dict.fromkeys(names, item)})  # fmt: skip
+    with (folder / f"samples_{GEN_TASK}_{stamp}.jsonl").open("w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(line) + "\n" for line in lines)
+    results = {
+        "results": {GEN_TASK: {}},
+        "configs": {GEN_TASK: {"metadata": {"lmer_kind": "text", "design": "crossed"}}},
+        "higher_is_better": {
+            GEN_TASK: {f"stock_exact_match_{s}": s != "spread" for s in GEN_STATS}
+        },
+        "config": {"model_args": f"pretrained={model}"},
+    }
+    (folder / f"results_{stamp}.json").write_text(json.dumps(results), encoding="utf-8")
+    return root / model, values
+
+
+def test_generate_until_tasks_show_their_first_filter(tmp_path: Path) -> None:
+    made = [_write_gen_run(tmp_path, m, s, i) for i, (m, s) in enumerate((("a", 0.3), ("b", 0.8)))]
+    # without stock_only (report, plan) such a task is left out as before
+    with pytest.raises(Exception, match="no task with lm-eval-robust per-doc samples"):
+        label_runs([made[0][0]], None)
+    runs = label_runs([p for p, _ in made], None, stock_only=True)
+    lb = build_leaderboard(runs, n_resamples=400, n_splits=3, n_permutations=50)
+    label = "exact_match (strict-match)"
+    for run, (_, values) in zip(runs, made, strict=True):
+        row = lb.row(run.label, "text", GEN_TASK)
+        assert row is not None and list(row.stock) == [label]
+        sc = row.stock[label]
+        assert sc.listed == ("exact_match",) and sc.filter == "strict-match"
+        strict = values["strict-match"]
+        per_ex = {e: {p: v for (x, p), v in strict.items() if x == e} for e, _ in strict}
+        want = _expected(per_ex)
+        for stat, value in want.items():
+            cell = sc.cells[stat]
+            assert cell.value == pytest.approx(value), stat
+            if math.isfinite(cell.low):
+                assert cell.low <= cell.value <= cell.high
+        # the flexible-extract values differ: the columns are the first filter's
+        flex = np.mean([v for (_, p), v in values["flexible-extract"].items() if p == 0])
+        assert flex != pytest.approx(sc.cells["clean"].value)
+        assert math.isnan(row.cells["bac_clean"].value)
+        mean = lb.row(run.label, "text")
+        assert mean is not None and mean.n_tasks == 1
+        assert mean.stock[label].cells["drop"].value == pytest.approx(want["drop"])
+    assert set(lb.stock_comparison) == {label}
+    md = to_markdown(lb)
+    assert f"| {label} clean | {label} perturbed | {label} drop |" in md
+    assert "stock_exact_match_clean,strict-match" in to_csv(lb)
+    assert "exact_match (strict-match) clean" in to_html(lb)
+    # beside a multiple-choice task of the same kind: each metric averaged over its own tasks
+    nav = _runs("navigate", MODELS[:2])
+    mixed = [replace(n, stock_only=g.stock_only) for n, g in zip(nav, runs, strict=True)]
+    lb2 = build_leaderboard(mixed, n_resamples=200, n_splits=3, n_permutations=50)
+    for run, gen in zip(mixed, runs, strict=True):
+        mean = lb2.row(run.label, "text")
+        assert mean is not None and mean.n_tasks == 2
+        assert list(mean.stock) == ["acc", label]
+        assert mean.stock["acc"].n_tasks == mean.stock[label].n_tasks == 1
+        alone = lb.row(gen.label, "text", GEN_TASK)
+        assert alone is not None
+        assert mean.stock[label].cells["clean"].value == alone.stock[label].cells["clean"].value
+        bac = lb2.row(run.label, "text", next(t for t in run.tasks if t.endswith("_text")))
+        assert bac is not None
+        assert mean.cells["bac_pert"].value == bac.cells["bac_pert"].value  # BAC: MC task only
+    assert any("the task's own metric only (no label scores)" in n for n in lb2.notes)
+
+
+def test_leaderboard_command_reads_a_generate_until_run(tmp_path: Path) -> None:
+    runs = [str(_write_gen_run(tmp_path, m, s, i)[0]) for i, (m, s) in enumerate((("a", 0.3),))]
+    out = tmp_path / "lb"
+    rc = cli_main(
+        ["leaderboard", *runs, "-o", str(out), "--resamples", "200", "--splits", "3",
+         "--permutations", "50", "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    assert "exact_match (strict-match) clean" in (out / "leaderboard.md").read_text()
+    assert (out / "leaderboard_bac.png").exists()

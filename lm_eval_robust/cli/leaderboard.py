@@ -68,7 +68,7 @@ def run_leaderboard(args: argparse.Namespace) -> str:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     refuse_overwrite(args.out, "-o", run_inputs(args.runs))
     check_replaceable(args.out, "-o", "leaderboard", LEADERBOARD_FILES)
-    runs = label_runs(args.runs, labels)
+    runs = label_runs(args.runs, labels, stock_only=True)
     if args.splits < 1 or args.permutations < 1:
         raise UserError("--splits and --permutations must be >= 1")
     if not (0 < args.phi < 1 and 0 < args.alpha < 1):

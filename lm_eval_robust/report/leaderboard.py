@@ -251,6 +251,11 @@ def _cells(rep: Replicates, confidence: float) -> dict[str, Cell]:
     return out
 
 
+def _no_cells() -> dict[str, Cell]:
+    """The BAC measures of a task without label scores: undefined."""
+    return {name: Cell(math.nan, math.nan, math.nan) for name in BOOTSTRAP_STATS}
+
+
 def _stock_replicates(t: StockTable, n_resamples: int, seed: int) -> Replicates:
     """Clustered bootstrap and jackknife of a stock metric's statistics (:data:`STOCK_STATS`),
     examples resampled with all their prompts, as :func:`replicates` does for BAC."""
@@ -323,6 +328,10 @@ def build_leaderboard(
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
     extras: dict[tuple[str, str], tuple[SpreadNull, dict[str, SplitFlags]]] = {}
     stock_reps: dict[tuple[str, str], tuple[StockValues, Replicates, StockTable]] = {}
+    #: (model, kind) -> the tasks with a stock metric (wrapped multiple-choice and stock-only)
+    stock_tasks: dict[tuple[str, str], list[str]] = {}
+    #: (model, kind) -> wrapped tasks with the stock metric only (generate_until)
+    only_stock: dict[tuple[str, str], list[str]] = {}
     n_boot = min(n_resamples, 2000)
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
@@ -355,6 +364,7 @@ def build_leaderboard(
                 stock[sv.label] = StockCells(
                     sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
                 )
+                stock_tasks.setdefault((run.label, kind), []).append(task)
             rows.append(
                 LeaderboardRow(
                     model=run.label,
@@ -374,23 +384,89 @@ def build_leaderboard(
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
             per_model[(run.label, kind)] = entries
+        for j, task in enumerate(sorted(run.stock_only)):
+            tr = run.stock_only[task]
+            if tr.stock is None or tr.kind in ("", "clean"):
+                notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
+                continue
+            meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
+            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
+            st = stock_table(tr.stock)
+            srep = _stock_replicates(st, n_resamples, seed + len(run.tasks) + j)
+            stock_reps[(run.label, task)] = (tr.stock, srep, st)
+            stock_tasks.setdefault((run.label, tr.kind), []).append(task)
+            only_stock.setdefault((run.label, tr.kind), []).append(task)
+            if tr.kind not in kinds_seen:
+                kinds_seen.append(tr.kind)
+            sv = tr.stock
+            rows.append(
+                LeaderboardRow(
+                    model=run.label,
+                    kind=tr.kind,
+                    task=task,
+                    n_examples=st.n_examples,
+                    n_prompts=len(sv.items),
+                    n_tasks=1,
+                    cells=_no_cells(),
+                    stock={
+                        sv.label: StockCells(
+                            sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
+                        )
+                    },
+                )
+            )
     notes += _setting_notes(runs)
     # the mean of a kind is over the tasks every model ran, so the rows compare like with like
     for kind in kinds_seen:
         sets = {m: {_base_task(t) for t, _, _ in e} for (m, k), e in per_model.items() if k == kind}
-        common = set.intersection(*sets.values())
+        common = set.intersection(*sets.values()) if sets else set()
         for m, s in sets.items():
             if s - common:
                 notes.append(
                     f"{m}, {kind}: the mean leaves out {', '.join(sorted(s - common))}, which "
                     "not every model ran"
                 )
+        # wrapped tasks with their own metric only: the same rule over the models that ran any
+        only = {m: {_base_task(t) for t in ts} for (m, k), ts in only_stock.items() if k == kind}
+        everyone = len(only) == len(models)
+        only_common = set.intersection(*only.values()) if only and everyone else set()
+        for m, s in only.items():
+            if s - only_common:
+                notes.append(
+                    f"{m}, {kind}: the mean leaves out {', '.join(sorted(s - only_common))}, "
+                    "which not every model ran"
+                )
+        for model in [m for m in models if (m, kind) in only_stock and (m, kind) not in per_model]:
+            gen = [t for t in only_stock[(model, kind)] if _base_task(t) in only_common]
+            if not gen:
+                continue
+            mean_stock, more = _mean_stock(model, kind, gen, stock_reps, confidence)
+            notes += more
+            rows.append(
+                LeaderboardRow(
+                    model=model,
+                    kind=kind,
+                    task=MEAN,
+                    n_examples=sum(stock_reps[(model, t)][2].n_examples for t in gen),
+                    n_prompts=sum(len(stock_reps[(model, t)][0].items) for t in gen),
+                    n_tasks=len(gen),
+                    cells=_no_cells(),
+                    stock=mean_stock,
+                )
+            )
         for (model, k), entries in per_model.items():
             if k != kind:
                 continue
             kept = [e for e in entries if _base_task(e[0]) in common]
             if not kept:
                 continue
+            gen = [t for t in only_stock.get((model, kind), []) if _base_task(t) in only_common]
+            if gen:
+                notes.append(
+                    f"{model}, {kind}: the BAC columns average only the tasks scored by label "
+                    f"({len(kept)} of {len(kept) + len(gen)}); {', '.join(gen)}: the task's own "
+                    "metric only (no label scores)"
+                )
             mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in kept])
             ext = [extras[(model, t)] for t, _, _ in kept]
             rules = sorted(set.intersection(*(set(f) for _, f in ext)))
@@ -398,7 +474,7 @@ def build_leaderboard(
                 r: summarize([f[r] for _, f in ext], phi, n_boot, confidence, seed) for r in rules
             }
             mean_stock, more = _mean_stock(
-                model, kind, [t for t, _, _ in kept], stock_reps, confidence
+                model, kind, [t for t, _, _ in kept] + gen, stock_reps, confidence
             )
             notes += more
             rows.append(
@@ -406,9 +482,11 @@ def build_leaderboard(
                     model=model,
                     kind=kind,
                     task=MEAN,
-                    n_examples=sum(t.n_examples for _, _, t in kept),
-                    n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept),
-                    n_tasks=len(kept),
+                    n_examples=sum(t.n_examples for _, _, t in kept)
+                    + sum(stock_reps[(model, t)][2].n_examples for t in gen),
+                    n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept)
+                    + sum(len(stock_reps[(model, t)][0].items) for t in gen),
+                    n_tasks=len(kept) + len(gen),
                     cells=_cells(mean_rep, confidence),
                     spread=mean_null([n for n, _ in ext]),
                     certs=mean_certs,
@@ -431,6 +509,8 @@ def build_leaderboard(
         common_tables: dict[tuple[str, str], dict[str, RobustTable]] = {}
         for kind in kinds_seen:
             by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
+            if not by_model:
+                continue
             common = set.intersection(
                 *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
             )
@@ -440,7 +520,7 @@ def build_leaderboard(
                 }
         comparison = compare_models(common_tables, models, n_boot, confidence, seed)
     stock_comparison = _compare_stock(
-        per_model, stock_reps, models, kinds_seen, n_boot, confidence, seed
+        stock_tasks, stock_reps, models, kinds_seen, n_boot, confidence, seed
     )
     return Leaderboard(
         rows=tuple(rows),
@@ -460,7 +540,7 @@ def build_leaderboard(
 
 
 def _compare_stock(
-    per_model: Mapping[tuple[str, str], Sequence[tuple[str, Replicates, RobustTable]]],
+    stock_tasks: Mapping[tuple[str, str], Sequence[str]],
     stock_reps: Mapping[tuple[str, str], tuple[StockValues, Replicates, StockTable]],
     models: Sequence[str],
     kinds: Sequence[str],
@@ -478,14 +558,14 @@ def _compare_stock(
     for label in labels:
         tables: dict[tuple[str, str], dict[str, StockTable]] = {}
         for kind in kinds:
-            by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
-            common = set.intersection(
-                *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
-            )
-            for m, ents in by_model.items():
+            by_model = {m: ts for (m, k), ts in stock_tasks.items() if k == kind}
+            if len(by_model) < 2:
+                continue
+            common = set.intersection(*({_base_task(t) for t in ts} for ts in by_model.values()))
+            for m, ts in by_model.items():
                 mine = {
                     _base_task(t): hit[2]
-                    for t, _, _ in ents
+                    for t in ts
                     if (hit := stock_reps.get((m, t))) is not None
                     and hit[0].label == label
                     and _base_task(t) in common

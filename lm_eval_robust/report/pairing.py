@@ -133,6 +133,9 @@ class Run:
     # the fit summary of the correction applied to each task family (``correction_key``), when
     # the run applied one: method, λ, p_eps_V / p_eps_L on the train features
     fits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # wrapped tasks with the stock task's own metric and no label scores (generate_until), read
+    # with ``load_run(..., stock_only=True)``: their items are empty, their ``stock`` set
+    stock_only: dict[str, TaskRun] = field(default_factory=dict)
 
 
 def _find_results(path: Path) -> Path:
@@ -328,6 +331,8 @@ def _read_samples(
             values = {m: sample[f"{STOCK_PREFIX}{m}{STOCK_CLEAN}"] for m in names}
             stock_lines.append((str(sample.get("filter", "none")), names, values))
         item = _item_of(sample)
+        if item is None and names:  # a wrapped generate_until task: its own metric only
+            continue
         if item is None:
             return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
         if item.get("ll") is None:
@@ -347,9 +352,21 @@ def _read_samples(
         splits.add(str(doc.get("split", "")))
         if sample.get("doc_hash") is not None:
             hashes[key] = str(sample["doc_hash"])
-    if not items:
+    if not items and not stock_lines:
         return None, [f"{task}: empty samples file {file.name}"]
-    items = _complete(items, task, notes)
+    if items:
+        items = _complete(items, task, notes)
+        keys = set(items)
+    else:  # the stock metric's docs, of complete examples
+        everything = {
+            (str(v["example_id"]), int(v["pert_id"]))
+            for _, _, values in stock_lines
+            for v in values.values()
+        }
+        kept = _complete(
+            {k: {"example_id": k[0], "pert_id": k[1]} for k in everything}, task, notes
+        )
+        keys = set(kept)
     kwargs = config.get("dataset_kwargs") or {}
     md = config.get("metadata") or {}  # wrapped stock tasks name their kind in the metadata
     kind = "/".join(sorted(k for k in kinds if k)) or str(
@@ -358,7 +375,7 @@ def _read_samples(
     split = "/".join(sorted(s for s in splits if s)) or str(
         kwargs.get("lmer_split") or md.get("lmer_split", "")
     )
-    stock = _stock_of(stock_lines, set(items), higher_is_better or {})
+    stock = _stock_of(stock_lines, keys, higher_is_better or {})
     return TaskRun(task, kind, split, items, hashes, config, stock), notes
 
 
@@ -393,8 +410,12 @@ def read_sample_lines(file: Path, error: type[UserError]) -> Any:
         ) from None
 
 
-def load_run(path: str | Path, label: str | None = None) -> Run:
-    """Load a run from its output folder (or model subfolder, or results file)."""
+def load_run(path: str | Path, label: str | None = None, stock_only: bool = False) -> Run:
+    """Load a run from its output folder (or model subfolder, or results file).
+
+    ``stock_only``: also keep the wrapped tasks whose samples carry only the stock task's own
+    metric (``generate_until``: GSM8K's ``exact_match``), in :attr:`Run.stock_only`; without it
+    they are left out with a note, as for any task without per-doc label scores."""
     p = Path(path)
     results_file = _find_results(p)
     results = read_results(results_file)
@@ -403,6 +424,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     configs: Mapping[str, Any] = results.get("configs", {}) or {}
     task_names = sorted(set(configs) | set(results.get("results", {}) or {}))
     tasks: dict[str, TaskRun] = {}
+    stock_tasks: dict[str, TaskRun] = {}
     notes: list[str] = []
     missing: list[str] = []
     for task in task_names:
@@ -415,10 +437,17 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             continue
         hib = (results.get("higher_is_better") or {}).get(task) or {}
         tr, more = _read_samples(file, task, configs.get(task, {}) or {}, hib)
+        if tr is not None and not tr.items:
+            if stock_only and tr.stock is not None:
+                stock_tasks[task] = tr
+                notes += more
+            else:
+                notes.append(f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)")
+            continue
         notes += more
         if tr is not None:
             tasks[task] = tr
-    if not tasks:
+    if not tasks and not stock_tasks:
         if missing:
             raise NoSamplesError(
                 f"{folder}: no samples_*_{stamp}.jsonl for {', '.join(missing)}; "
@@ -445,6 +474,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         results=results,
         notes=tuple(notes),
         fits=fits,
+        stock_only=stock_tasks,
     )
 
 
@@ -548,7 +578,9 @@ def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
     return [_check_task(t, base.tasks[t], other.tasks[t], labels) for t in common], notes
 
 
-def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> list[Run]:
+def label_runs(
+    paths: Sequence[str | Path], labels: Sequence[str] | None, stock_only: bool = False
+) -> list[Run]:
     """Load several runs; labels default to the folder names, made unique. The same run given
     twice, and a label that would break a table (empty, ``|``, a line break), are refused."""
     if labels is not None and len(labels) != len(paths):
@@ -559,7 +591,7 @@ def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> lis
                 f"--labels name {lab!r} is empty or holds |, a backtick or a line break, which "
                 "would break the tables; use letters, digits, - _ . + and spaces"
             )
-    runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(paths)]
+    runs = [load_run(p, labels[i] if labels else None, stock_only) for i, p in enumerate(paths)]
     seen_files: dict[Path, str] = {}
     for p, r in zip(paths, runs, strict=True):
         key = r.results_file.resolve()
