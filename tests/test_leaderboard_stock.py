@@ -301,3 +301,24 @@ def test_leaderboard_command_reads_a_generate_until_run(tmp_path: Path) -> None:
     assert rc == 0
     assert "exact_match (strict-match) clean" in (out / "leaderboard.md").read_text()
     assert (out / "leaderboard_bac.png").exists()
+
+
+def test_a_task_with_several_metrics_shows_the_first_and_says_so() -> None:
+    runs = []
+    for run in _runs("navigate", MODELS[:2]):
+        task = next(t for t in run.tasks if t.endswith("_text"))
+        tr = run.tasks[task]
+        assert tr.stock is not None
+        both = replace(tr.stock, listed=("acc", "acc_norm"))
+        runs.append(replace(run, tasks={**run.tasks, task: replace(tr, stock=both)}))
+    lb = build_leaderboard(runs, n_resamples=200, n_splits=3, n_permutations=50)
+    assert lb.stock_labels() == ("acc",)
+    md = to_markdown(lb)
+    assert (
+        "Tasks reporting several metrics show the first lm-eval lists: "
+        "bigbench_navigate_multiple_choice_robust_text: acc (of acc, acc_norm)." in md
+    )
+    assert "acc_norm clean" not in md
+    doc = json.loads(to_json(lb))
+    text = [r for r in doc["rows"] if r["task"].endswith("_text")]
+    assert text and all(r["stock"]["acc"]["listed"] == ["acc", "acc_norm"] for r in text)
