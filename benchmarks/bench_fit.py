@@ -31,10 +31,10 @@ def main() -> None:
     from lm_eval.tasks import TaskManager
 
     import lm_eval_robust
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
-    from lm_eval_robust.model import DebiasedHFLM
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
+    from lm_eval_robust.scoring.model import DebiasedHFLM
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     path = resolve_pretrained(args.pretrained)
     md = json.loads(args.metadata)

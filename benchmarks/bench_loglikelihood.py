@@ -44,7 +44,7 @@ class _NativeScores:
 def _load(variant: str, path: str, kw: dict[str, Any], correction: str | None) -> Any:
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     variant, _, dtype = variant.partition("@")  # "name@float32": that variant in that dtype
     if dtype:
@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
 
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
 
     path = resolve_pretrained(args.pretrained)
     md = json.loads(args.metadata)

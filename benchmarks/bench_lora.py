@@ -45,7 +45,7 @@ def _requests(task: str, md: dict[str, Any]) -> list[Any]:
 
 
 def _bac(reqs: list[Any], results: list[tuple[float, bool]]) -> dict[str, float]:
-    from lm_eval_robust.metrics.classification import bac_clean, bac_pert, maj_share_pert
+    from lm_eval_robust.stats.classification import bac_clean, bac_pert, maj_share_pert
     from lm_eval_robust.tasks.ni import process_results
 
     by_doc: dict[int, list[tuple[int, tuple[float, bool]]]] = {}
@@ -65,8 +65,8 @@ def _bac(reqs: list[Any], results: list[tuple[float, bool]]) -> dict[str, float]
 
 
 def _step(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from lm_eval_robust.model import DebiasedHFLM
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     md = json.loads(args.metadata)
     work = Path(args.work)
@@ -82,9 +82,9 @@ def _step(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["seconds"] = time.perf_counter() - t0
         out["test"] = _bac(test, lm.loglikelihood(test, disable_tqdm=True))
     elif name == "fit":
-        from lm_eval_robust.correction import save
-        from lm_eval_robust.fit.features import load_features
-        from lm_eval_robust.fit.run import FitSettings, fit_features
+        from lm_eval_robust.scoring.correction import save
+        from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+        from lm_eval_robust.values.features import load_features
 
         lm = DebiasedHFLM(collect_features=str(work / "features"), **kw)
         t0 = time.perf_counter()
@@ -96,8 +96,8 @@ def _step(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["seconds"] = time.perf_counter() - t0
         save(corr, work / "corrections" / f"{args.task}.safetensors")
     elif name == "lora":
-        from lm_eval_robust.lora import save_adapter
-        from lm_eval_robust.lora_train import LoraSettings, train_lora, train_rows
+        from lm_eval_robust.scoring.lora import save_adapter
+        from lm_eval_robust.scoring.lora_train import LoraSettings, train_lora, train_rows
 
         lm = DebiasedHFLM(**kw)
         t0 = time.perf_counter()

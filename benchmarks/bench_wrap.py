@@ -55,8 +55,8 @@ def main() -> None:
     from lm_eval.tasks import TaskManager
 
     import lm_eval_robust
-    from lm_eval_robust.model import DebiasedHFLM
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     lm_eval_robust.register()
     md = json.loads(args.metadata)

@@ -163,7 +163,7 @@ def _table_checks() -> list[Check]:
         Check(
             f"{gen.name}/sweep",
             ROOT,
-            [sys.executable, "-m", "lm_eval_robust.generation.sweep", str(gen)],
+            [sys.executable, "-m", "lm_eval_robust.report.generation.sweep", str(gen)],
             {str(gen / n): gen / n for n in ("sweep.md", "sweep.csv", "sweep.json", "sweep.png")},
         ),
         Check(

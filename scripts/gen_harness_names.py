@@ -1,12 +1,13 @@
-"""Write everything generated from the one list of harness names (lm_eval_robust.harness_names).
+"""Write everything generated from the one list of harness names
+(lm_eval_robust.base.harness_names).
 
     python scripts/gen_harness_names.py           # rewrite task_yamls/ and pyproject.toml's block
     python scripts/gen_harness_names.py --check   # exit 1 and name the files that drifted
 
 Generated: the task YAMLs (their ``metric_list``, task names and group metrics) and the
 ``lm_eval.metrics`` / ``lm_eval.aggregations`` entry points in pyproject.toml. The harness
-registration (lm_eval_robust.harness_metrics) reads the list at import. tests/test_harness_names.py
-checks that all three agree.
+registration (lm_eval_robust.harness.harness_metrics) reads the list at import.
+tests/test_harness_names.py checks that all three agree.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lm_eval_robust.harness_names import (
+from lm_eval_robust.base.harness_names import (
     ENTRY_POINTS_BEGIN,
     ENTRY_POINTS_END,
     render_entry_points,
 )
-from lm_eval_robust.tasks.yamls import render_yamls, write_yamls
+from lm_eval_robust.requests.ni_yamls import render_yamls, write_yamls
 
 ROOT = Path(__file__).resolve().parents[1]
 

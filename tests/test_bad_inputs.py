@@ -1,6 +1,6 @@
 """Bad inputs (issue 7): each one stops with ONE line that names the problem and the fix.
 
-Every case asserts a :class:`~lm_eval_robust.errors.UserError` subclass whose message has no
+Every case asserts a :class:`~lm_eval_robust.base.errors.UserError` subclass whose message has no
 newline and matches a pattern for the problem and one for the fix, or, for the command line, exit
 status 2 and exactly one ``lm-eval-robust: error: ...`` line on stderr (the report subcommand
 prints ``lm-eval-robust report: error: ...``). Never a traceback from deep inside, never a silently
@@ -27,9 +27,15 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli import main as cli_main
-from lm_eval_robust.correction import Correction, check_fingerprint, load, load_corrections, save
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.scoring.correction import (
+    Correction,
+    check_fingerprint,
+    load,
+    load_corrections,
+    save,
+)
 
 TASK = "ni322_format_pert"  # binary task: " Threat" / " Non"
 SMALL = {"n_examples": 10, "n_perturbations": 1}
@@ -82,7 +88,7 @@ def cli_error(
 
 
 def _lm(model_dir: Path, **kw: Any) -> Any:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(
         pretrained=str(model_dir), batch_size=8, dtype="float32", device="cpu", **kw
@@ -383,7 +389,7 @@ def test_save_correction_under_a_file(fp: dict[str, Any], a_file: Path):
 
 @pytest.mark.parametrize("where", ["x_pert NaN", "f inf"])
 def test_non_finite_features_in_gram(where: str):
-    from lm_eval_robust.fit.ridge import GramAccumulator
+    from lm_eval_robust.scoring.fit.ridge import GramAccumulator
 
     rng = np.random.default_rng(0)
     x, f = rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
@@ -399,7 +405,7 @@ def test_non_finite_features_in_gram(where: str):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_features_in_shard(tmp_path: Path, bad: float):
-    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.values.features import load_features
 
     folder = _write_shard(tmp_path / "feats", bad=bad)
     with one_line_error(r"features contain NaN or inf", r"recollect in float32"):
@@ -407,7 +413,7 @@ def test_non_finite_features_in_shard(tmp_path: Path, bad: float):
 
 
 def test_non_finite_features_while_collecting(tmp_path: Path):
-    from lm_eval_robust.feature_collector import FeatureCollector
+    from lm_eval_robust.scoring.feature_collector import FeatureCollector
 
     collector = FeatureCollector(str(tmp_path))
     hidden = torch.tensor([1.0, float("nan"), 0.5])
@@ -416,7 +422,7 @@ def test_non_finite_features_while_collecting(tmp_path: Path):
 
 
 def test_corrupt_feature_shard(tmp_path: Path):
-    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.values.features import load_features
 
     (tmp_path / "rank0.safetensors").write_bytes(b"\x00" * 100)
     with one_line_error(r"not a readable feature file", r"collect again"):
@@ -424,7 +430,7 @@ def test_corrupt_feature_shard(tmp_path: Path):
 
 
 def test_singular_gram_past_jitter_limit():
-    from lm_eval_robust.fit.ridge import fit_ridge
+    from lm_eval_robust.scoring.fit.ridge import fit_ridge
 
     x = np.random.default_rng(0).normal(size=(20, 4))
     f = np.random.default_rng(1).normal(size=(20, 2))
@@ -434,7 +440,7 @@ def test_singular_gram_past_jitter_limit():
 
 
 def test_jitter_warning_below_limit():
-    from lm_eval_robust.fit.ridge import JitterWarning, fit_ridge
+    from lm_eval_robust.scoring.fit.ridge import JitterWarning, fit_ridge
 
     rng = np.random.default_rng(0)
     half = rng.normal(size=(50, 3))
@@ -455,14 +461,14 @@ def test_jitter_warning_below_limit():
 
 
 def test_multi_token_labels():
-    from lm_eval_robust.model import LabelTokenError, check_label_tokens
+    from lm_eval_robust.scoring.model import LabelTokenError, check_label_tokens
 
     with one_line_error(r"' Non-threat' -> \[8, 9, 10\]", r"verbalizer", cls=LabelTokenError):
         check_label_tokens(TASK, {" Threat": [7], " Non-threat": [8, 9, 10]})
 
 
 def test_labels_sharing_their_distinguishing_token():
-    from lm_eval_robust.model import LabelTokenError, check_label_tokens
+    from lm_eval_robust.scoring.model import LabelTokenError, check_label_tokens
 
     with one_line_error(
         r"labels must differ in a single token", r"verbalizer", cls=LabelTokenError
@@ -552,7 +558,7 @@ def test_unknown_text_perturbation_kind_in_metadata():
 
 
 def test_unknown_text_perturbation_kind_in_config():
-    from lm_eval_robust.perturb.text import TextPerturbConfig
+    from lm_eval_robust.tasks.perturb.text import TextPerturbConfig
 
     with one_line_error(r"unknown text perturbation kind 'emoji'", r"allowed: "):
         TextPerturbConfig(kinds=("emoji",))
@@ -565,7 +571,7 @@ def test_text_rate_out_of_range(data_dir: Path, rate: Any):
 
 
 def test_text_rate_out_of_range_in_config():
-    from lm_eval_robust.perturb.text import TextPerturbConfig
+    from lm_eval_robust.tasks.perturb.text import TextPerturbConfig
 
     with one_line_error(r"rate must be a number in \(0, 1\], got 1.5", r"in \(0, 1\]"):
         TextPerturbConfig(rate=1.5)
@@ -579,7 +585,7 @@ def test_text_rate_not_a_number():
 
 
 def test_unknown_text_scope_in_config():
-    from lm_eval_robust.perturb.text import TextPerturbConfig
+    from lm_eval_robust.tasks.perturb.text import TextPerturbConfig
 
     with one_line_error(r"unknown scope 'middle'", r"allowed: all, query"):
         TextPerturbConfig(scope="middle")
@@ -641,7 +647,7 @@ def test_fit_good_features_still_work(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_fit_unknown_method_settings():
-    from lm_eval_robust.fit.run import FitSettings
+    from lm_eval_robust.stats.fit.run import FitSettings
 
     with one_line_error(r"unknown fit method 'lasso'", r"use one of \['ridge', 'constant'"):
         FitSettings(method="lasso")
@@ -720,7 +726,7 @@ def test_report_runs_with_other_settings(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_report_runs_of_other_tasks(tmp_path: Path):
-    from lm_eval_robust.report.pairing import UnpairableError, label_runs, pair_runs
+    from lm_eval_robust.values.pairing import UnpairableError, label_runs, pair_runs
 
     base = _write_run(tmp_path / "a", "ni065_format_pert")
     other = _write_run(tmp_path / "b", "ni220_format_pert")

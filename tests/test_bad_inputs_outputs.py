@@ -109,7 +109,7 @@ def _fit(w: Path, *extra: str) -> list[str]:
 
 
 def _lm(w: Path, **kw: Any) -> Any:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(
         pretrained=str(w / "model"), batch_size=4, dtype="float32", device="cpu", **kw

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 from test_bad_inputs import FAKE_FP, SMALL, TASK, _correction, _write_run, _write_shard
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli import main as cli_main
-from lm_eval_robust.correction import save
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.scoring.correction import save
 
 # ---------------------------------------------------------------------------------------------
 # the world each row starts from
@@ -42,7 +42,7 @@ from lm_eval_robust.errors import UserError
 def tiny_fp(tiny_model_dir: Path, data_dir: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_robust.fingerprint import model_fingerprint
+    from lm_eval_robust.scoring.fingerprint import model_fingerprint
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -118,7 +118,7 @@ def _big_correction(w: Path, fp: dict[str, Any], *, scale: float, constant: bool
 
 def _deny(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
     """Opening ``target`` fails with EACCES (the tests run as root, where chmod does not)."""
-    import lm_eval_robust.validate as v
+    import lm_eval_robust.base.validate as v
 
     real = v.os.open
 
@@ -131,7 +131,7 @@ def _deny(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
 
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    import lm_eval_robust.correction as c
+    import lm_eval_robust.scoring.correction as c
 
     def fsync(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -140,7 +140,7 @@ def _full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _lm(w: Path, **kw: Any) -> Any:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     args = {"pretrained": str(w / "model"), "batch_size": 8, "device": "cpu", **kw}
     args.setdefault("dtype", "float32")
@@ -176,7 +176,7 @@ def _docs(**md: Any) -> Any:
 
 
 def _gen_config(md: dict[str, Any]) -> Any:
-    from lm_eval_robust.generation.tasks import GenConfig
+    from lm_eval_robust.tasks.generation.tasks import GenConfig
 
     return GenConfig.from_metadata(md)
 
@@ -258,13 +258,13 @@ CASES: list[Case] = [
         "limit-cuts-first-round",
         (r"no example is complete", r"use --limit 14 or another multiple of 7"),
         call=lambda w, fp: __import__(
-            "lm_eval_robust.metrics.classification"
-        ).metrics.classification.delta_drop(_items(7, {1: 1})),
+            "lm_eval_robust.stats.classification"
+        ).stats.classification.delta_drop(_items(7, {1: 1})),
     ),
     Case(
         "limit-cuts-first-round-certify",
         (r"no example is complete", r"--limit 20"),
-        call=lambda w, fp: __import__("lm_eval_robust.metrics.certify").metrics.certify.p_cert_h(
+        call=lambda w, fp: __import__("lm_eval_robust.stats.certify").stats.certify.p_cert_h(
             _items(10, {1: 3})
         ),
     ),
@@ -303,8 +303,8 @@ CASES: list[Case] = [
         "metadata-n-perturbations-1e9-generation",
         (r"nq_open_text: .* more than half of this machine", r"lower n_perturbations"),
         call=lambda w, fp: __import__(
-            "lm_eval_robust.generation.tasks"
-        ).generation.tasks.build_docs(
+            "lm_eval_robust.tasks.generation.tasks"
+        ).tasks.generation.tasks.build_docs(
             "nq_open",
             "text",
             "test",
@@ -368,7 +368,9 @@ CASES: list[Case] = [
     Case(
         "fit-settings-negative-alpha",
         (r"alpha must be a number >= 0", r"auto"),
-        call=lambda w, fp: __import__("lm_eval_robust.fit.run").fit.run.FitSettings(alpha=-0.01),
+        call=lambda w, fp: __import__("lm_eval_robust.stats.fit.run").stats.fit.run.FitSettings(
+            alpha=-0.01
+        ),
     ),
     Case(
         "fit-nan-alpha",
@@ -379,15 +381,15 @@ CASES: list[Case] = [
         "layer-negative",
         (r"layer -3 is negative", r"between 0 and 17"),
         call=lambda w, fp: __import__(
-            "lm_eval_robust.generation.layers"
-        ).generation.layers.resolve_layers("-3", 18),
+            "lm_eval_robust.scoring.generation.layers"
+        ).scoring.generation.layers.resolve_layers("-3", 18),
     ),
     Case(
         "layer-negative-in-list",
         (r"layer -1 is negative", r"'sweep'"),
         call=lambda w, fp: __import__(
-            "lm_eval_robust.generation.layers"
-        ).generation.layers.resolve_layers("0,-1", 4),
+            "lm_eval_robust.scoring.generation.layers"
+        ).scoring.generation.layers.resolve_layers("0,-1", 4),
     ),
     Case(
         "correction-swamps-logits-W",
@@ -541,7 +543,7 @@ CASES: list[Case] = [
     Case(
         "correction-is-a-fifo-load",
         (r"is not a regular file \(a FIFO", r"fit"),
-        call=lambda w, fp: __import__("lm_eval_robust.correction").correction.load(
+        call=lambda w, fp: __import__("lm_eval_robust.scoring.correction").scoring.correction.load(
             w / "fifo.safetensors"
         ),
         setup=lambda w, fp, mp: _fifo(w, "fifo.safetensors") and None,
@@ -795,7 +797,7 @@ def test_export_killed_mid_write(w: Path) -> None:
 
 
 def test_replay_into_a_fresh_folder_then_again(w: Path) -> None:
-    from lm_eval_robust.replay import replay
+    from lm_eval_robust.report.replay import replay
 
     # the synthetic run has no resps: replay stops while scoring, and leaves nothing behind
     before = _tree(w)
@@ -810,20 +812,20 @@ def test_replay_into_a_fresh_folder_then_again(w: Path) -> None:
 
 @pytest.mark.parametrize("word", ["true", "True", "yes", "on", "y", "1", "t"])
 def test_boolean_spellings_true(word: str) -> None:
-    from lm_eval_robust.validate import parse_bool
+    from lm_eval_robust.base.validate import parse_bool
 
     assert parse_bool(word, "prefix_cache") is True
 
 
 @pytest.mark.parametrize("word", ["false", "No", "off", "n", "0", "f"])
 def test_boolean_spellings_false(word: str) -> None:
-    from lm_eval_robust.validate import parse_bool
+    from lm_eval_robust.base.validate import parse_bool
 
     assert parse_bool(word, "prefix_cache") is False
 
 
 def test_keys_of_the_other_family_and_model_args_pass(data_dir: Path) -> None:
-    from lm_eval_robust.generation.tasks import GenConfig
+    from lm_eval_robust.tasks.generation.tasks import GenConfig
     from lm_eval_robust.tasks.ni import NIConfig
 
     md = {"n_train": 5, "max_doc_words": 10, "pretrained": "x", "dtype": "float32", "version": 1}
@@ -834,8 +836,8 @@ def test_keys_of_the_other_family_and_model_args_pass(data_dir: Path) -> None:
 def test_whole_rounds_are_kept_and_a_cut_round_is_left_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from lm_eval_robust.metrics import classification as m
-    from lm_eval_robust.metrics.complete import complete_items
+    from lm_eval_robust.stats import classification as m
+    from lm_eval_robust.values.complete import complete_items
 
     whole = _items(7, {1: 7})
     assert len(complete_items(whole)) == 14
@@ -859,8 +861,8 @@ def test_a_fitted_correction_is_far_inside_the_scale_bound(
     w: Path, tiny_fp: dict[str, Any]
 ) -> None:
     """The bound refuses nonsense, not real fits: a correction fitted on the tiny model loads."""
-    from lm_eval_robust.correction import load
-    from lm_eval_robust.validate import correction_scale
+    from lm_eval_robust.base.validate import correction_scale
+    from lm_eval_robust.scoring.correction import load
 
     corr = load(w / "corr.safetensors")
     rows = np.random.default_rng(0).normal(size=(2, int(tiny_fp["hidden_size"])))

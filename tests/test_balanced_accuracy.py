@@ -1,5 +1,5 @@
 """One balanced accuracy: every vectorised BAC of the package agrees with
-:func:`lm_eval_robust.metrics.classification.balanced_accuracy`."""
+:func:`lm_eval_robust.stats.classification.balanced_accuracy`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from lm_eval_robust.fit.constant import _bac_curve
-from lm_eval_robust.metrics.bootstrap import bac_from_counts
-from lm_eval_robust.metrics.classification import (
-    balanced_accuracy,
-    balanced_accuracy_of_credit,
-)
-from lm_eval_robust.metrics.ties import pred_shares, tie_credit
+from lm_eval_robust.stats.bootstrap import bac_from_counts
+from lm_eval_robust.stats.classification import balanced_accuracy, balanced_accuracy_of_credit
+from lm_eval_robust.stats.fit.constant import _bac_curve
+from lm_eval_robust.values.ties import pred_shares, tie_credit
 
 
 def test_definition_on_small_cases() -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import bootstrap
 
-from lm_eval_robust.metrics import bootstrap as bs
+from lm_eval_robust.stats import bootstrap as bs
 
 
 def _counts(seed: int, g: int = 15) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""``--use_cache`` keyed by every setting that changes a score (:mod:`lm_eval_robust.cache_keys`),
-and prompts past ``max_length`` refused instead of scored cut short."""
+"""``--use_cache`` keyed by every setting that changes a score
+(:mod:`lm_eval_robust.scoring.cache_keys`), and prompts past ``max_length`` refused instead of
+scored cut short."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ TASK = "ni322_format_pert"
 
 
 def _lm(model_dir: Path, **kw: Any) -> Any:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(
         pretrained=str(model_dir), batch_size=4, dtype="float32", device="cpu", **kw
@@ -43,7 +44,7 @@ def _labels(lm: Any, reqs: list[Any]) -> list[int]:
 
 def _shifting_correction(lm: Any, labels: list[int], path: Path) -> Path:
     """A constant correction that moves the two label logits apart by 3 nats."""
-    from lm_eval_robust.correction import save
+    from lm_eval_robust.scoring.correction import save
 
     corr = _correction(lm.fingerprint_for(TASK), ids=labels)
     corr.W = None
@@ -81,7 +82,7 @@ def test_a_corrected_run_recomputes_on_a_cache_filled_without_the_correction(
 
 
 def test_the_key_moves_with_every_setting(tiny_model_dir: Path, data_dir: Path, tmp_path: Path):
-    from lm_eval_robust.cache_keys import cache_settings, table_name
+    from lm_eval_robust.scoring.cache_keys import cache_settings, table_name
 
     base = _lm(tiny_model_dir)
     names = {table_name(cache_settings(base))}
@@ -94,7 +95,7 @@ def test_the_key_moves_with_every_setting(tiny_model_dir: Path, data_dir: Path, 
         {"dtype": "bfloat16"},
     ):
         args = {"dtype": "float32", **kw}
-        from lm_eval_robust.model import DebiasedHFLM
+        from lm_eval_robust.scoring.model import DebiasedHFLM
 
         lm = DebiasedHFLM(pretrained=str(tiny_model_dir), batch_size=4, device="cpu", **args)
         names.add(table_name(cache_settings(lm)))
@@ -107,7 +108,7 @@ def test_the_key_moves_with_every_setting(tiny_model_dir: Path, data_dir: Path, 
 
 
 def test_prompts_past_max_length_are_refused(tiny_model_dir: Path, data_dir: Path) -> None:
-    from lm_eval_robust.model import TruncationError
+    from lm_eval_robust.scoring.model import TruncationError
 
     reqs = _requests([TASK], limit=3)
     lm = _lm(tiny_model_dir, max_length=16)
@@ -124,7 +125,7 @@ def test_prompts_past_max_length_are_refused(tiny_model_dir: Path, data_dir: Pat
 def test_generation_contexts_past_the_window_are_refused(tiny_model_dir: Path) -> None:
     from lm_eval.api.instance import Instance
 
-    from lm_eval_robust.model import TruncationError
+    from lm_eval_robust.scoring.model import TruncationError
 
     def req(context: str, doc_id: int) -> Any:
         gen = {"max_gen_toks": 8, "until": ["\n"], "do_sample": False}
@@ -153,7 +154,7 @@ def test_prompts_of_other_tasks_past_max_length_are_counted_per_task(
     and a warning counts the cut requests per task; a wrapped variant's are refused."""
     from lm_eval.api.instance import Instance
 
-    from lm_eval_robust.model import TruncationError
+    from lm_eval_robust.scoring.model import TruncationError
 
     def req(context: str, doc: dict[str, Any], task: str, doc_id: int) -> Any:
         return Instance(

@@ -10,12 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from lm_eval_robust.metrics import certificate_checks as checks
-from lm_eval_robust.metrics import certificates as ct
-from lm_eval_robust.metrics import certify as harness
-from lm_eval_robust.metrics import margins
-from lm_eval_robust.metrics.certificates import CertConfig
-from lm_eval_robust.metrics.margins import MarginTable
+from lm_eval_robust.stats import certificate_checks as checks
+from lm_eval_robust.stats import certificates as ct
+from lm_eval_robust.stats import certify as harness
+from lm_eval_robust.stats import margins
+from lm_eval_robust.stats.certificates import CertConfig
+from lm_eval_robust.stats.margins import MarginTable
 
 #: the conservative estimator, which the hand computations below follow
 FREE = CertConfig.named("distribution_free")
@@ -336,7 +336,7 @@ def test_certificate_checks_report_both_estimators() -> None:
 
 
 def test_certificate_na_is_explained_once(caplog: pytest.LogCaptureFixture) -> None:
-    from lm_eval_robust.metrics import certify
+    from lm_eval_robust.stats import certify
 
     items = []
     for ex in range(4):
@@ -354,7 +354,7 @@ def test_certificate_na_is_explained_once(caplog: pytest.LogCaptureFixture) -> N
                 }
             )
     certify._explained.clear()
-    with caplog.at_level(logging.WARNING, logger="lm_eval_robust.metrics.certify"):
+    with caplog.at_level(logging.WARNING, logger="lm_eval_robust.stats.certify"):
         for fn in (certify.p_cert_h, certify.p_cert_c, certify.pop_cert_h, certify.pop_cert_c):
             assert fn(items) != fn(items)  # NaN
     lines = [r.getMessage() for r in caplog.records]

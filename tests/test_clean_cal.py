@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.fit.clean_cal import clean_offset
-from lm_eval_robust.metrics.classification import balanced_accuracy
-from lm_eval_robust.metrics.ties import pred_shares
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.stats.classification import balanced_accuracy
+from lm_eval_robust.stats.fit.clean_cal import clean_offset
+from lm_eval_robust.values.ties import pred_shares
 
 
 def _bac(logits: np.ndarray, gold: np.ndarray, beta: np.ndarray) -> float:

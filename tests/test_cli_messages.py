@@ -142,7 +142,7 @@ def test_fit_same_flags_as_select() -> None:
 def _no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading a model or running the harness fails the test."""
     import lm_eval_robust.cli.fit as fit
-    import lm_eval_robust.model as model
+    import lm_eval_robust.scoring.model as model
 
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("a model was loaded before the task was checked")

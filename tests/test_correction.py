@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from lm_eval_robust import correction as corr_mod
-from lm_eval_robust.correction import (
+from lm_eval_robust.scoring import correction as corr_mod
+from lm_eval_robust.scoring.correction import (
     META_KEY,
     Correction,
     CorrectionError,
@@ -20,9 +20,9 @@ from lm_eval_robust.correction import (
     load,
     save,
 )
-from lm_eval_robust.debias import apply_correction, merged_head_update
-from lm_eval_robust.fingerprint import model_fingerprint
-from lm_eval_robust.fit.ridge import fit_ridge
+from lm_eval_robust.scoring.debias import apply_correction, merged_head_update
+from lm_eval_robust.scoring.fingerprint import model_fingerprint
+from lm_eval_robust.scoring.fit.ridge import fit_ridge
 
 N, D = 12, 3
 FP = {

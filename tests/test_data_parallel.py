@@ -31,8 +31,8 @@ def _results(out_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_two_processes_equal_one(tiny_model_dir: Path, data_dir: Path, tmp_path: Path) -> None:
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     args = [

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli import COMMANDS
 from lm_eval_robust.cli.args import known_tasks, normalise_flags
-from lm_eval_robust.errors import UserError
 from lm_eval_robust.tasks.settings import task_setting_names
-from lm_eval_robust.wrap.names import parse as parse_variant
+from lm_eval_robust.tasks.wrap.names import parse as parse_variant
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -170,7 +170,7 @@ def test_task_names_exist() -> None:
                 continue  # select's targets file
             for name in value.split(","):
                 # <task>_robust_text / _robust_format: a variant of a stock task, resolved by
-                # lm-eval's TaskManager at run time (lm_eval_robust.wrap)
+                # lm-eval's TaskManager at run time (lm_eval_robust.tasks.wrap)
                 if name.strip() not in tasks and parse_variant(name.strip()) is None:
                     errors.append(f"{name!r} is not a task or tag ({where})")
     assert not errors, "\n".join(errors)
@@ -191,7 +191,7 @@ def test_metadata_keys_are_settings() -> None:
 
 
 def test_model_args_are_known() -> None:
-    from lm_eval_robust.validate import model_arg_names
+    from lm_eval_robust.base.validate import model_arg_names
 
     names = model_arg_names()
     errors = []

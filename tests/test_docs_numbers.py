@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lm_eval_robust.metrics.spread_null import examples_needed, noise_spread
+from lm_eval_robust.stats.spread_null import examples_needed, noise_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 R = ROOT / "results"

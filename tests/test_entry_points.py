@@ -27,9 +27,11 @@ def _load(value: str) -> object:
 
 
 def test_model_entry_point_names_the_class() -> None:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
-    assert ENTRY_POINTS["lm_eval.models"] == {"debiased_hf": "lm_eval_robust.model:DebiasedHFLM"}
+    assert ENTRY_POINTS["lm_eval.models"] == {
+        "debiased_hf": "lm_eval_robust.scoring.model:DebiasedHFLM"
+    }
     assert _load(ENTRY_POINTS["lm_eval.models"]["debiased_hf"]) is DebiasedHFLM
 
 
@@ -45,14 +47,14 @@ def test_task_entry_point_names_the_package_holding_the_yamls() -> None:
 def test_builtin_metrics_survive_our_registration() -> None:
     from lm_eval.api.registry import get_aggregation, get_metric
 
-    import lm_eval_robust.harness_metrics  # noqa: F401
+    import lm_eval_robust.harness.harness_metrics  # noqa: F401
 
     assert get_metric("acc") is not None
     assert get_aggregation("mean") is not None
 
 
 def test_hook_stands_aside_where_lm_eval_reads_task_entry_points() -> None:
-    from lm_eval_robust import _plugin
+    from lm_eval_robust.harness import _plugin
 
     class FakeTaskManager:
         def __init__(self, include_path: object = None, include_defaults: bool = True) -> None:

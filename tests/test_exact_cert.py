@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from lm_eval_robust.metrics.cert_splits import split_flags, summarize
-from lm_eval_robust.metrics.exact_cert import (
+from lm_eval_robust.stats.cert_splits import split_flags, summarize
+from lm_eval_robust.stats.exact_cert import (
     ExactConfig,
     benjamini_hochberg,
     binomial_pvalues,
@@ -18,7 +18,7 @@ from lm_eval_robust.metrics.exact_cert import (
     min_k,
     min_variants,
 )
-from lm_eval_robust.metrics.margins import MarginTable
+from lm_eval_robust.stats.margins import MarginTable
 
 PHI, ALPHA = 0.1, 0.05
 #: true accuracies of the simulated examples: several just below 1 - phi, where a wrong
@@ -167,7 +167,7 @@ def _items(k: int, margin: float = 3.0) -> list[dict]:
 def test_harness_metric_is_nan_below_min_k_and_counts_above(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from lm_eval_robust.metrics.certify import p_cert_exact
+    from lm_eval_robust.stats.certify import p_cert_exact
 
     with caplog.at_level("WARNING"):
         assert math.isnan(p_cert_exact(_items(20)))

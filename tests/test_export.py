@@ -25,8 +25,8 @@ def _model_dir(src: Path, dst: Path, tied: bool) -> Path:
 def _correction(model_dir: Path, path: Path, constant: bool) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_robust.correction import Correction, save
-    from lm_eval_robust.fingerprint import model_fingerprint
+    from lm_eval_robust.scoring.correction import Correction, save
+    from lm_eval_robust.scoring.fingerprint import model_fingerprint
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -56,9 +56,9 @@ def test_exported_model_gives_debiased_logits(
     from transformers import AutoModelForCausalLM
 
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import load
-    from lm_eval_robust.debias import apply_correction
-    from lm_eval_robust.model import last_positions_head
+    from lm_eval_robust.scoring.correction import load
+    from lm_eval_robust.scoring.debias import apply_correction
+    from lm_eval_robust.scoring.model import last_positions_head
 
     src = _model_dir(tiny_model_dir, tmp_path / "src", tied)
     cpath = _correction(src, tmp_path / "c.safetensors", constant)
@@ -96,10 +96,10 @@ def test_the_exported_head_corrects_every_position(tiny_model_dir: Path, tmp_pat
     not do. docs/engines.md ("Parity") measures this as the merged-ridge gap on vLLM."""
     from transformers import AutoModelForCausalLM
 
-    from lm_eval_robust.correction import load
-    from lm_eval_robust.debias import apply_correction, corrected_label_logprobs
-    from lm_eval_robust.export import export
-    from lm_eval_robust.model import last_positions_head
+    from lm_eval_robust.scoring.correction import load
+    from lm_eval_robust.scoring.debias import apply_correction, corrected_label_logprobs
+    from lm_eval_robust.scoring.export import export
+    from lm_eval_robust.scoring.model import last_positions_head
 
     src = _model_dir(tiny_model_dir, tmp_path / "src", tied=True)
     cpath = _correction(src, tmp_path / "c.safetensors", constant=False)
@@ -131,8 +131,8 @@ def test_the_exported_head_corrects_every_position(tiny_model_dir: Path, tmp_pat
 
 
 def test_export_refuses_position_corrections(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from lm_eval_robust.correction import CorrectionError, load, save
-    from lm_eval_robust.export import export
+    from lm_eval_robust.scoring.correction import CorrectionError, load, save
+    from lm_eval_robust.scoring.export import export
 
     cpath = _correction(tiny_model_dir, tmp_path / "c.safetensors", True)
     corr = load(cpath)

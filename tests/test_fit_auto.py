@@ -1,4 +1,4 @@
-"""``fit --method auto``: the correction kind chosen by grouped CV on train (fit/auto.py)."""
+"""``fit --method auto``: the correction kind chosen by grouped CV on train (stats/fit/auto.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from lm_eval_robust.correction import load, save
-from lm_eval_robust.debias import apply_correction
-from lm_eval_robust.fit import auto as auto_mod
-from lm_eval_robust.fit.auto import (
+from lm_eval_robust.report.replay import corrected_loglikelihoods
+from lm_eval_robust.scoring.correction import load, save
+from lm_eval_robust.scoring.debias import apply_correction
+from lm_eval_robust.stats.fit import auto as auto_mod
+from lm_eval_robust.stats.fit.auto import (
     CANDIDATES,
     AutoError,
     AutoSettings,
@@ -22,8 +23,7 @@ from lm_eval_robust.fit.auto import (
     cross_validate,
     fold_assignment,
 )
-from lm_eval_robust.fit.features import Features
-from lm_eval_robust.replay import corrected_loglikelihoods
+from lm_eval_robust.values.features import Features
 
 TASK = "ni322_text_pert_train"  # a binary task (two label words)
 N = 5  # hidden size of the synthetic features
@@ -306,8 +306,8 @@ def test_export_of_the_identity_correction_changes_no_logit(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import Correction
-    from lm_eval_robust.fingerprint import model_fingerprint
+    from lm_eval_robust.scoring.correction import Correction
+    from lm_eval_robust.scoring.fingerprint import model_fingerprint
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

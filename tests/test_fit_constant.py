@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from lm_eval_robust.fit.constant import constant_search, decision_gamma, plot_constant_search
-from lm_eval_robust.fit.radii import (
+from lm_eval_robust.stats.fit.constant import constant_search, decision_gamma, plot_constant_search
+from lm_eval_robust.stats.fit.radii import (
     compare_radii,
     eps_lipschitz,
     eps_variance,

@@ -22,7 +22,7 @@ def _requests(task: str) -> list:
 
 
 def _lm(model_dir: Path, **kw):
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(
         pretrained=str(model_dir), batch_size=8, dtype="float32", device="cpu", **kw
@@ -31,9 +31,9 @@ def _lm(model_dir: Path, **kw):
 
 @pytest.fixture(scope="module")
 def fitted(tiny_model_dir: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    from lm_eval_robust.correction import save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.scoring.correction import save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     root = tmp_path_factory.mktemp("features")
     lm = _lm(tiny_model_dir, collect_features=str(root))
@@ -66,7 +66,7 @@ def test_correction_stats(fitted) -> None:
 
 @pytest.mark.slow
 def test_applied_correction_equals_numpy(fitted, tiny_model_dir: Path, tmp_path: Path) -> None:
-    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.values.features import load_features
 
     _, corr, path, _ = fitted
     reqs = _requests("ni322_format_pert")
@@ -102,7 +102,7 @@ def test_correction_for_other_model_is_refused(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_robust.correction import CorrectionError
+    from lm_eval_robust.scoring.correction import CorrectionError
 
     _, _, path, _ = fitted
     other = tmp_path / "other"
@@ -116,7 +116,7 @@ def test_correction_for_other_model_is_refused(
 
 
 def test_missing_task_correction(fitted, tiny_model_dir: Path) -> None:
-    from lm_eval_robust.correction import CorrectionError
+    from lm_eval_robust.scoring.correction import CorrectionError
 
     _, _, path, _ = fitted
     lm = _lm(tiny_model_dir, correction=str(path))
@@ -128,7 +128,7 @@ def test_fit_cli(fitted, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     import json
 
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import load
+    from lm_eval_robust.scoring.correction import load
 
     *_, root = fitted
     feats = str(root / "ni322_format_pert_train")
@@ -154,8 +154,8 @@ def test_generation_hook_applies_correction(fitted, tiny_model_dir: Path) -> Non
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lm_eval_robust.correction import load
-    from lm_eval_robust.model import corrected_head, last_positions_head
+    from lm_eval_robust.scoring.correction import load
+    from lm_eval_robust.scoring.model import corrected_head, last_positions_head
 
     _, _, path, _ = fitted
     corr = load(path)
@@ -187,7 +187,7 @@ def test_generate_until_with_correction(fitted, tiny_model_dir: Path) -> None:
 
 
 def test_batch_calibration_is_the_train_mean(fitted) -> None:
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
 
     feats, *_ = fitted
     corr = fit_features(feats, FitSettings(method="batch_calibration"))
@@ -198,7 +198,7 @@ def test_batch_calibration_is_the_train_mean(fitted) -> None:
 def test_contextual_calibration(tiny_model_dir: Path, data_dir: Path) -> None:
     from lm_eval.api.instance import Instance
 
-    from lm_eval_robust.fit.run import contextual_calibration
+    from lm_eval_robust.stats.fit.run import contextual_calibration
     from lm_eval_robust.tasks.ni import NIConfig, content_free_prompts
 
     lm = _lm(tiny_model_dir)
@@ -225,7 +225,7 @@ def test_fit_takes_selects_targets_file(fitted, tmp_path: Path, capsys) -> None:
     import json
 
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import load
+    from lm_eval_robust.scoring.correction import load
 
     *_, root = fitted
     targets = tmp_path / "targets.json"
@@ -261,10 +261,10 @@ def test_fit_takes_selects_targets_file(fitted, tmp_path: Path, capsys) -> None:
 
 
 def test_fit_beta_rule_is_recorded(fitted, tmp_path: Path) -> None:
+    from lm_eval_robust.base.errors import UserError
     from lm_eval_robust.cli import main
-    from lm_eval_robust.correction import load
-    from lm_eval_robust.errors import UserError
-    from lm_eval_robust.fit.run import FitSettings
+    from lm_eval_robust.scoring.correction import load
+    from lm_eval_robust.stats.fit.run import FitSettings
 
     *_, root = fitted
     feats = str(root / "ni322_format_pert_train")

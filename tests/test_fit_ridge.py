@@ -10,9 +10,9 @@ import warnings
 import numpy as np
 import pytest
 
-from lm_eval_robust.fit import ridge
-from lm_eval_robust.fit.folds import grouped_folds
-from lm_eval_robust.fit.ridge import (
+from lm_eval_robust.scoring.fit import ridge
+from lm_eval_robust.scoring.fit.folds import grouped_folds
+from lm_eval_robust.scoring.fit.ridge import (
     GramAccumulator,
     JitterWarning,
     ResidualRange,
@@ -22,7 +22,7 @@ from lm_eval_robust.fit.ridge import (
     psi_features,
     solve,
 )
-from lm_eval_robust.fit.ridge_cv import ALPHA_GRID, select_alpha, select_lambda
+from lm_eval_robust.stats.fit.ridge_cv import ALPHA_GRID, select_alpha, select_lambda
 
 
 def _problem(seed: int = 0, rows: int = 60, n: int = 6, d: int = 3, clean: int = 15):

@@ -13,29 +13,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_robust.generation.fit import (
+from lm_eval_robust.scoring.generation.fit import (
     LayerCorrection,
     load_layer_correction,
     save_layer_correction,
 )
-from lm_eval_robust.generation.gen_score import GenerationScorer, generation_kwargs, n_generations
-from lm_eval_robust.generation.layers import decoder_layers
-from lm_eval_robust.generation.metrics import cut_at_stop, normalise_answer
-from lm_eval_robust.generation.tasks import get_task
+from lm_eval_robust.scoring.generation.gen_score import (
+    GenerationScorer,
+    generation_kwargs,
+    n_generations,
+)
+from lm_eval_robust.scoring.generation.layers import decoder_layers
+from lm_eval_robust.tasks.generation.metrics import cut_at_stop, normalise_answer
+from lm_eval_robust.tasks.generation.tasks import get_task
 
 MD = {"n_examples": 14, "n_train": 6, "n_perturbations": 4, "n_fit_perturbations": 2}
 
 
 @pytest.fixture(scope="module")
 def lm(tiny_model_dir: Path):
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(pretrained=str(tiny_model_dir), dtype="float32", device="cpu", batch_size=4)
 
 
 @pytest.fixture(scope="module")
 def docs(data_dir: Path) -> list[dict]:
-    from lm_eval_robust.generation.tasks import GenConfig, build_docs
+    from lm_eval_robust.tasks.generation.tasks import GenConfig, build_docs
 
     return build_docs("nq_open", "text", "train", GenConfig.from_metadata(dict(MD)))
 
@@ -70,7 +74,7 @@ def test_scorer_generates_as_an_evaluation_with_layer_correction(
 ):
     from lm_eval.api.instance import Instance
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     corr = _strong_correction(lm)
     scorer = _scorer(lm, docs)
@@ -223,7 +227,7 @@ def test_cli_select_generation_bad_flags(tiny_model_dir, data_dir, tmp_path, cap
 
 
 def test_changed_counts_follow_the_call_order() -> None:
-    from lm_eval_robust.generation.gen_score import ScoreCall, add_changed_counts
+    from lm_eval_robust.scoring.generation.gen_score import ScoreCall, add_changed_counts
 
     table = [{"k": None}, {"k": 1}, {"k": 2}]
     calls = [ScoreCall(None, None, 4, 0), ScoreCall(1, 0.1, 4, 1), ScoreCall(2, 0.1, 4, 3)] * 2
@@ -240,8 +244,8 @@ def test_generation_kwargs_are_the_task_yamls() -> None:
     """The scorer's requests carry the generation settings the harness reads from our YAMLs."""
     import yaml
 
-    from lm_eval_robust.generation.tasks import GEN_TASKS
-    from lm_eval_robust.generation.yamls import render_gen_yamls
+    from lm_eval_robust.requests.generation_yamls import render_gen_yamls
+    from lm_eval_robust.tasks.generation.tasks import GEN_TASKS
 
     class Loader(yaml.SafeLoader):
         pass

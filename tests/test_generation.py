@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.generation import metrics as M
-from lm_eval_robust.generation.tasks import GEN_TASKS, GenConfig, build_docs, process_results
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.tasks.generation import metrics as M
+from lm_eval_robust.tasks.generation.tasks import GEN_TASKS, GenConfig, build_docs, process_results
 
 SMALL = {"n_examples": 12, "n_train": 4, "n_perturbations": 5, "n_fit_perturbations": 2}
 
@@ -111,7 +111,7 @@ def test_config_errors_are_one_line(data_dir: Path) -> None:
 
 
 def test_missing_data_dir_is_one_line(tmp_path: Path) -> None:
-    from lm_eval_robust.generation.data import load_records
+    from lm_eval_robust.tasks.generation.data import load_records
 
     with pytest.raises(UserError, match="does not exist"):
         load_records("nq_open", tmp_path / "nope")
@@ -133,7 +133,7 @@ def test_process_results_carries_ids(data_dir: Path) -> None:
 
 _DIGEST = """
 import hashlib, sys
-from lm_eval_robust.generation.tasks import GenConfig, build_docs
+from lm_eval_robust.tasks.generation.tasks import GenConfig, build_docs
 cfg = GenConfig.from_metadata({md})
 h = hashlib.sha256()
 for name in ("nq_open", "xsum"):
@@ -165,7 +165,7 @@ def test_task_names_do_not_shadow_the_harness() -> None:
     """Our generation tasks carry the ``robust_`` namespace (the harness's own ``gsm8k``,
     ``nq_open``, ... and their wildcards are checked against lm-eval's task index in
     tests/test_plugin.py::test_bare_lm_eval_sees_our_names_only_where_asked)."""
-    from lm_eval_robust.generation.yamls import render_gen_yamls
+    from lm_eval_robust.requests.generation_yamls import render_gen_yamls
 
     ours = {n[: -len(".yaml")] for n in render_gen_yamls("") if n.endswith(".yaml")}
     assert "robust_nq_open_text_pert" in ours and "robust_gsm8k_clean_train" in ours
@@ -206,7 +206,7 @@ def test_harness_run_on_tiny_model(tiny_model_dir: Path, data_dir: Path) -> None
 
 
 def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
-    from lm_eval_robust.generation.table import read_runs, render
+    from lm_eval_robust.report.generation.table import read_runs, render
 
     def write(label: str, clean: float, pert: float) -> None:
         d = tmp_path / "runs" / f"{label}_qa" / "model"
@@ -231,7 +231,7 @@ def test_table_p_recover_from_run_folders(tmp_path: Path) -> None:
 
 
 def test_table_reads_runs_with_old_and_new_names_alike(tmp_path: Path) -> None:
-    from lm_eval_robust.generation.table import read_runs, render
+    from lm_eval_robust.report.generation.table import read_runs, render
 
     def write(root: Path, label: str, clean: float, pert: float, new: bool) -> None:
         d = root / "runs" / f"{label}_qa" / "model"
@@ -252,7 +252,7 @@ def test_table_reads_runs_with_old_and_new_names_alike(tmp_path: Path) -> None:
 
 def test_table_p_recover_needs_a_drop(tmp_path: Path) -> None:
     # the base run's perturbed score above its clean one is no drop: nothing to recover
-    from lm_eval_robust.generation.table import read_runs, render
+    from lm_eval_robust.report.generation.table import read_runs, render
 
     for label, clean, pert in (("base", 4.0, 5.0), ("L7", 4.0, 4.0)):
         d = tmp_path / "runs" / f"{label}_qa" / "model"

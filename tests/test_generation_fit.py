@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_robust.correction import CorrectionError
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.generation.fit import (
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.scoring.correction import CorrectionError
+from lm_eval_robust.scoring.generation.fit import (
     LayerCorrection,
     apply_layer_correction,
     fit_layer_correction,
     load_layer_correction,
     save_layer_correction,
 )
-from lm_eval_robust.generation.layers import (
+from lm_eval_robust.scoring.generation.layers import (
     collect_last_states,
     decoder_layers,
     layer_debias,
@@ -35,13 +35,13 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def lm(tiny_model_dir: Path):
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(pretrained=str(tiny_model_dir), dtype="float32", device="cpu", batch_size=4)
 
 
 def _tokens(lm, prompts=PROMPTS) -> list[list[int]]:
-    from lm_eval_robust.generation.layers import encode_prompts
+    from lm_eval_robust.scoring.generation.layers import encode_prompts
 
     return encode_prompts(lm, list(prompts), 8)
 
@@ -198,7 +198,7 @@ def test_fit_recovers_the_shift_direction_and_reduces_it() -> None:
 
 
 def test_fit_in_pca_basis_equals_fit_in_original_basis() -> None:
-    from lm_eval_robust.fit.ridge import fit_ridge
+    from lm_eval_robust.scoring.fit.ridge import fit_ridge
 
     xc, xp, pair, groups, _ = _synthetic(1)
     corr = fit_layer_correction(xc, xp, pair, groups, layer=0, num_layers=2, task="t", k=1, lam=3.0)
@@ -224,8 +224,8 @@ def test_fit_bad_inputs() -> None:
 
 
 def test_file_roundtrip_and_refusals(lm, tmp_path: Path) -> None:
-    from lm_eval_robust.correction import load as load_classification
-    from lm_eval_robust.generation.fit import check_layer_correction
+    from lm_eval_robust.scoring.correction import load as load_classification
+    from lm_eval_robust.scoring.generation.fit import check_layer_correction
 
     corr = _random_correction(lm, 1, 0.5)
     path = save_layer_correction(corr, tmp_path / "c.safetensors")
@@ -250,7 +250,7 @@ def test_file_roundtrip_and_refusals(lm, tmp_path: Path) -> None:
 
 
 def test_model_arg_applies_per_task_and_leaves_no_hook(lm, tiny_model_dir: Path, tmp_path):
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     corr = _random_correction(lm, 0, 3.0, seed=1)
     save_layer_correction(corr, tmp_path / "nq.safetensors")

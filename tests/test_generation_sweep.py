@@ -1,4 +1,4 @@
-"""Paired clustered intervals of a generation layer sweep (``generation.sweep``)."""
+"""Paired clustered intervals of a generation layer sweep (``report.generation.sweep``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_robust.generation.sweep import SweepError, main, paired_rows, read_samples, render
+from lm_eval_robust.report.generation.sweep import (
+    SweepError,
+    main,
+    paired_rows,
+    read_samples,
+    render,
+)
 
 TASK = "triviaqa_text_pert"
 PERT_CHANGES: dict[Path, int] = {}  # perturbed generations the synthetic L7 run changes

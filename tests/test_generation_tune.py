@@ -1,4 +1,4 @@
-"""k and λ of a layer fit chosen by held-out generation score (generation/tune.py).
+"""k and λ of a layer fit chosen by held-out generation score (scoring/generation/tune.py).
 
 The generation score is a callback; here a synthetic one: a prompt's answer is right when its
 (corrected) state lies within 0.5 of its clean state along the perturbation's direction.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lm_eval_robust.correction import CorrectionError
-from lm_eval_robust.generation.fit import LayerCorrection
-from lm_eval_robust.generation.tune import GenTuneSettings, tune_by_generation
+from lm_eval_robust.scoring.correction import CorrectionError
+from lm_eval_robust.scoring.generation.fit import LayerCorrection
+from lm_eval_robust.scoring.generation.tune import GenTuneSettings, tune_by_generation
 
 N = 6
 

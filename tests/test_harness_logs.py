@@ -10,8 +10,8 @@ def _record(message: str) -> logging.LogRecord:
 
 
 def test_custom_kwargs_note_dropped_for_our_tasks_only() -> None:
-    from lm_eval_robust._plugin import task_dir
-    from lm_eval_robust.harness_logs import CUSTOM_KWARGS, DropCustomKwargsNote, task_names
+    from lm_eval_robust.harness._plugin import task_dir
+    from lm_eval_robust.harness.harness_logs import CUSTOM_KWARGS, DropCustomKwargsNote, task_names
 
     f = DropCustomKwargsNote(task_names(task_dir()))
     assert not f.filter(_record(f"ni065_format_pert: {CUSTOM_KWARGS} in console"))

@@ -1,4 +1,4 @@
-"""One list of names (lm_eval_robust.harness_names): the YAMLs, the registration and the entry
+"""One list of names (lm_eval_robust.base.harness_names): the YAMLs, the registration and the entry
 points agree with it, our names stay in their namespace, and old runs' names still read."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_robust import harness_names as hn
+from lm_eval_robust.base import harness_names as hn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_generated_files_are_current() -> None:
 
 
 def test_yamls_registration_and_entry_points_agree_with_the_list() -> None:
-    from lm_eval_robust import harness_metrics
+    from lm_eval_robust.harness import harness_metrics
 
     listed = {m.harness_name: (m.aggregation_path, m.higher_is_better) for m in hn.METRICS}
     assert _yaml_metrics() == listed
@@ -74,7 +74,7 @@ def test_yamls_registration_and_entry_points_agree_with_the_list() -> None:
 def test_registration_uses_the_aggregation_the_yaml_names() -> None:
     from lm_eval.api.registry import get_metric, get_metric_aggregation, is_higher_better
 
-    from lm_eval_robust import harness_metrics
+    from lm_eval_robust.harness import harness_metrics
 
     for m in hn.METRICS:
         real = getattr(importlib.import_module(m.module), m.name)

@@ -141,7 +141,7 @@ def test_install_gives_plain_lm_eval_our_model_and_tasks(
     assert seen["model_registered"] is True
     assert seen["model"] == "DebiasedHFLM"
     assert seen["metric_before_register"] is False
-    assert seen["metric"] == "lm_eval_robust.harness_metrics"
+    assert seen["metric"] == "lm_eval_robust.harness.harness_metrics"
     assert seen["higher_is_better"] == [True, False]
     # The `lm_eval.tasks` entry point resolves, as upstream's proposal does it, to our YAMLs.
     (yamls,) = seen["task_entry_points"]

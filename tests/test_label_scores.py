@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_robust.label_scores import Float32LabelScorer, LabelScoreError
-from lm_eval_robust.metrics.classification import acc_pert, bac_clean, bac_pert, tie_share
-from lm_eval_robust.metrics.ties import is_tied, pred_shares, tie_credit
+from lm_eval_robust.scoring.label_scores import Float32LabelScorer, LabelScoreError
+from lm_eval_robust.stats.classification import acc_pert, bac_clean, bac_pert, tie_share
+from lm_eval_robust.values.ties import is_tied, pred_shares, tie_credit
 
 
 class _Head(torch.nn.Module):
@@ -89,7 +89,7 @@ def test_debiased_hf_bf16_ties_broken(tiny_model_dir: Path, data_dir: Path) -> N
     pairs, debiased_hf ties none and orders them as the float32 logits do."""
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     reqs = _requests(["ni322_format_pert"], limit=8)
     kw = dict(pretrained=str(tiny_model_dir), batch_size=4, dtype="bfloat16", device="cpu")
@@ -117,7 +117,7 @@ def test_debiased_hf_bf16_ties_broken(tiny_model_dir: Path, data_dir: Path) -> N
 
 def test_fast_path_feeds_the_harness_cache(tiny_model_dir: Path, data_dir: Path) -> None:
     """Every fast-path result goes to the --use_cache hook as it is computed (resumable runs)."""
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     reqs = _requests(["ni322_format_pert"], limit=6)
     lm = DebiasedHFLM(pretrained=str(tiny_model_dir), batch_size=2, dtype="float32", device="cpu")
@@ -140,8 +140,8 @@ def test_features_with_use_cache_refused(tiny_model_dir: Path, data_dir: Path, t
     """Refused when the harness hands over the cache, whatever it holds (here: nothing)."""
     from lm_eval.api.model import CachingLM
 
-    from lm_eval_robust.cache_keys import CacheKeyError
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.cache_keys import CacheKeyError
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     lm = DebiasedHFLM(
         pretrained=str(tiny_model_dir),
@@ -195,7 +195,7 @@ def test_a_killed_run_resumes_from_the_harness_cache(
     recompute only the rows that were not finished, and give the same results."""
     from lm_eval.api.model import CachingLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     reqs = _requests(["ni322_format_pert"], limit=12)
     lm = DebiasedHFLM(pretrained=str(tiny_model_dir), batch_size=2, dtype="float32", device="cpu")
@@ -229,8 +229,8 @@ def test_a_killed_run_resumes_from_the_harness_cache(
 
 
 def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> None:
-    from lm_eval_robust.feature_shards import FeatureFileError
-    from lm_eval_robust.fit.features import rescore_label_logits
+    from lm_eval_robust.scoring.feature_shards import FeatureFileError
+    from lm_eval_robust.values.features import rescore_label_logits
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 16)).astype(np.float32)
@@ -245,8 +245,8 @@ def test_rescoring_checks_each_value_against_its_rounding(tmp_path: Path) -> Non
 
 
 def test_one_estimation_variant_certifies_nothing() -> None:
-    from lm_eval_robust.metrics.certificates import certify
-    from lm_eval_robust.metrics.margins import MarginTable
+    from lm_eval_robust.stats.certificates import certify
+    from lm_eval_robust.stats.margins import MarginTable
 
     items = []
     for e in range(5):

@@ -1,8 +1,9 @@
 """Imports run one way: no module imports one in a higher layer (docs/architecture.md).
 
-The layers are declared once, in pyproject.toml's ``[[tool.lm_eval_robust.layers]]``;
-docs/architecture.md is checked against that declaration and lm_eval_robust/LAYERS.md is
-generated from it (scripts/gen_layers.py).
+The layers are declared once, in pyproject.toml's ``[[tool.lm_eval_robust.layers]]``, each by its
+folder: a module's layer is the top-level folder of the package it sits in. docs/architecture.md
+is checked against that declaration and lm_eval_robust/LAYERS.md is generated from it
+(scripts/gen_layers.py).
 
 Every module of the package is read with ``ast`` (nothing is imported), and every import counts:
 at module level, inside functions, and under ``if TYPE_CHECKING``. A module may import its own
@@ -36,11 +37,8 @@ def _gen_layers() -> ModuleType:
 
 gen_layers = _gen_layers()
 
-#: bottom to top, as pyproject.toml's ``[[tool.lm_eval_robust.layers]]`` declares them;
-#: ``pkg.*`` names a package and every module in it
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (layer.name, layer.modules) for layer in gen_layers.declared_layers(ROOT)
-]
+#: bottom to top, as pyproject.toml's ``[[tool.lm_eval_robust.layers]]`` declares them
+LAYERS = gen_layers.declared_layers(ROOT)
 
 
 def module_files() -> dict[str, Path]:
@@ -49,11 +47,8 @@ def module_files() -> dict[str, Path]:
 
 
 def layer_of(module: str) -> int:
-    """Index of the module's layer (a ``KeyError`` for a module no layer names)."""
-    for i, (_, members) in enumerate(LAYERS):
-        if any(gen_layers.matches(m, module) for m in members):
-            return i
-    raise KeyError(module)
+    """Index of the module's layer (a ``KeyError`` for a module in no layer's folder)."""
+    return int(gen_layers.layer_index(LAYERS, module))
 
 
 def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
@@ -86,8 +81,8 @@ def violations(files: dict[str, Path]) -> list[str]:
             theirs = layer_of(target)
             if theirs > mine:
                 out.append(
-                    f"{path.relative_to(ROOT)}:{line}: {module} ({LAYERS[mine][0]}) imports "
-                    f"{target} ({LAYERS[theirs][0]})"
+                    f"{path.relative_to(ROOT)}:{line}: {module} ({LAYERS[mine].name}) imports "
+                    f"{target} ({LAYERS[theirs].name})"
                 )
     return out
 
@@ -100,20 +95,56 @@ def test_every_module_has_a_layer() -> None:
         except KeyError:
             missing.append(module)
     assert not missing, (
-        f"give these modules a layer in pyproject.toml [[tool.lm_eval_robust.layers]]: {missing}"
+        "move these modules into their layer's folder (pyproject.toml "
+        f"[[tool.lm_eval_robust.layers]] names the folders): {missing}"
     )
 
 
-def test_a_module_outside_the_declaration_has_no_layer() -> None:
+def test_a_module_outside_the_layer_folders_has_no_layer() -> None:
     with pytest.raises(KeyError):
-        layer_of("lm_eval_robust.not_declared")
-    assert LAYERS[layer_of("lm_eval_robust.report.not_declared")][0] == "report"  # `report.*`
+        layer_of("lm_eval_robust.not_in_a_folder")
+    assert LAYERS[layer_of("lm_eval_robust.report.not_declared")].name == "report"
+    assert LAYERS[layer_of("lm_eval_robust.scoring.fit.not_declared")].name == "model + correction"
 
 
-def test_every_named_module_exists() -> None:
+def test_each_layer_is_one_top_level_folder() -> None:
+    """Each declared package is a folder directly inside the package, one per layer, and every
+    top-level folder of the package is a layer's."""
     files = module_files()
-    stale = [m for _, ms in LAYERS for m in ms if m.removesuffix(".*") not in files]
-    assert not stale, f"LAYERS names modules that do not exist: {stale}"
+    top = {m for m in files if m.count(".") == 1 and files[m].name == "__init__.py"}
+    declared = [layer.package for layer in LAYERS]
+    assert len(set(declared)) == len(declared), f"two layers declare one folder: {declared}"
+    assert set(declared) == top, (
+        f"folders without a layer: {sorted(top - set(declared))}; "
+        f"layers without a folder: {sorted(set(declared) - top)}"
+    )
+
+
+def folder_problems(layers: list, modules: list[str]) -> list[str]:
+    """Folders whose modules belong to more than one layer."""
+    return [
+        f"{folder} holds modules of {', '.join(names)}"
+        for folder, names in gen_layers.folders(layers, modules).items()
+        if len(names) > 1
+    ]
+
+
+def test_each_folder_holds_one_layer() -> None:
+    found = folder_problems(LAYERS, sorted(module_files()))
+    assert not found, "a folder spans layers:\n" + "\n".join(found)
+
+
+def test_the_folder_check_sees_a_folder_that_spans_two_layers() -> None:
+    """A module of the task folder claimed by the registration layer splits `tasks/` in two."""
+    layers = [
+        gen_layers.Layer(la.name, la.about, la.package, (*la.outside, "lm_eval_robust.tasks.ni"))
+        if la.name == "registration"
+        else la
+        for la in LAYERS
+    ]
+    assert folder_problems(layers, sorted(module_files())) == [
+        "lm_eval_robust/tasks/ holds modules of task, registration"
+    ]
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -132,13 +163,16 @@ def test_no_two_modules_import_each_other() -> None:
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     """A function-level import of the CLI from the model layer is caught and named."""
     pkg = tmp_path / PACKAGE
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "model.py").write_text(
+    (pkg / "scoring").mkdir(parents=True)
+    (pkg / "cli").mkdir()
+    (pkg / "scoring" / "model.py").write_text(
         "def f():\n    from lm_eval_robust.cli import main\n    return main\n"
     )
-    (pkg / "cli.py").write_text("def main():\n    return 0\n")
-    files = {"lm_eval_robust.model": pkg / "model.py", "lm_eval_robust.cli": pkg / "cli.py"}
+    (pkg / "cli" / "__init__.py").write_text("def main():\n    return 0\n")
+    files = {
+        "lm_eval_robust.scoring.model": pkg / "scoring" / "model.py",
+        "lm_eval_robust.cli": pkg / "cli" / "__init__.py",
+    }
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
@@ -146,8 +180,8 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     finally:
         ROOT = saved
     assert found == [
-        f"{Path(PACKAGE) / 'model.py'}:2: lm_eval_robust.model (model + correction) imports "
-        "lm_eval_robust.cli (commands)"
+        f"{Path(PACKAGE) / 'scoring' / 'model.py'}:2: lm_eval_robust.scoring.model "
+        "(model + correction) imports lm_eval_robust.cli (commands)"
     ]
 
 
@@ -171,45 +205,67 @@ def doc_name(module: str) -> str:
 
 
 def doc_problems(doc: str) -> list[str]:
-    """Declared modules a layer's paragraph leaves out, and modules named in the wrong layer."""
-    home = {doc_name(m): name for name, members in LAYERS for m in members}
+    """Modules a layer's paragraph leaves out (package ``__init__`` files aside), modules named in
+    the wrong layer, and a paragraph that does not name its layer's folder."""
+    files = module_files()
+    modules = sorted(files)
+    home = {doc_name(m): LAYERS[layer_of(m)].name for m in modules}
     out = []
-    for (name, members), (_, text) in zip(LAYERS, doc_layers(doc), strict=True):
+    for i, (layer, (_, text)) in enumerate(zip(LAYERS, doc_layers(doc), strict=True)):
         named = set(re.findall(r"`([^`]+)`", text))
-        out += [f"{name} leaves out `{doc_name(m)}`" for m in members if doc_name(m) not in named]
+        if f"`{layer.folder}`" not in text.split(":")[0]:
+            out.append(f"{layer.name} does not name its folder `{layer.folder}` before the colon")
+        mine = [
+            m
+            for m in modules
+            if layer_of(m) == i and (files[m].name != "__init__.py" or m in layer.outside)
+        ]
         out += [
-            f"{name} names `{n}`, a module of {home[n]}"
+            f"{layer.name} leaves out `{doc_name(m)}`" for m in mine if doc_name(m) not in named
+        ]
+        out += [
+            f"{layer.name} names `{n}`, a module of {home[n]}"
             for n in sorted(named)
-            if home.get(n, name) != name
+            if home.get(n, layer.name) != layer.name
         ]
     return out
 
 
 def test_the_doc_lists_the_declared_layers_in_order() -> None:
     doc = DOC.read_text(encoding="utf-8")
-    assert [name for name, _ in doc_layers(doc)] == [name for name, _ in LAYERS]
+    assert [name for name, _ in doc_layers(doc)] == [layer.name for layer in LAYERS]
 
 
 def test_the_doc_names_each_module_in_its_own_layer() -> None:
-    """Each layer's paragraph names every module of the layer, and none of another layer."""
+    """Each layer's paragraph names its folder and every module in it, and none of another layer."""
     found = doc_problems(DOC.read_text(encoding="utf-8"))
-    assert not found, "docs/architecture.md disagrees with pyproject.toml:\n" + "\n".join(found)
+    assert not found, "docs/architecture.md disagrees with the folders:\n" + "\n".join(found)
 
 
 def test_the_doc_check_sees_a_missing_and_a_misplaced_module() -> None:
-    """`model` moved from its own paragraph into the task paragraph is reported twice."""
+    """`scoring.model` moved from its own paragraph into the task paragraph is reported twice."""
     doc = DOC.read_text(encoding="utf-8")
     layers = doc_layers(doc)
     task = dict(layers)["task"]
     model = dict(layers)["model + correction"]
-    assert "`model`" in model
-    moved = doc.replace(model, model.replace("`model`", "model")).replace(
-        task, task.replace("**task**", "**task** (`model`)")
+    assert "`scoring.model`" in model
+    moved = doc.replace(model, model.replace("`scoring.model`", "scoring.model")).replace(
+        task, task.replace("`tasks.ni`", "`tasks.ni`, `scoring.model`")
     )
     assert doc_problems(moved) == [
-        "task names `model`, a module of model + correction",
-        "model + correction leaves out `model`",
+        "task names `scoring.model`, a module of model + correction",
+        "model + correction leaves out `scoring.model`",
     ]
+
+
+def test_the_doc_shows_the_current_tree() -> None:
+    """The folder tree in docs/architecture.md is the one gen_layers.tree draws from the package."""
+    doc = DOC.read_text(encoding="utf-8")
+    modules = sorted(module_files())
+    expected = "\n".join(gen_layers.tree(LAYERS, modules))
+    assert f"```\n{expected}\n```" in doc, (
+        "update the tree in docs/architecture.md to:\n" + expected
+    )
 
 
 def test_layers_md_is_current() -> None:
@@ -221,17 +277,19 @@ def test_layers_md_is_current() -> None:
 
 def test_model_args_listed_for_validation_match_the_model() -> None:
     """validate.DEBIASED_HF_ARGS (read without importing the model) is debiased_hf's own args."""
-    from lm_eval_robust.model import DebiasedHFLM
-    from lm_eval_robust.validate import DEBIASED_HF_ARGS
+    from lm_eval_robust.base.validate import DEBIASED_HF_ARGS
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     params = inspect.signature(DebiasedHFLM.__init__).parameters.values()
     own = [p.name for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     assert sorted(own) == sorted(DEBIASED_HF_ARGS)
 
 
-@pytest.mark.parametrize("module", ["lm_eval_robust.model", "lm_eval_robust.prefix_cache"])
+@pytest.mark.parametrize(
+    "module", ["lm_eval_robust.scoring.model", "lm_eval_robust.scoring.prefix_cache"]
+)
 def test_application_does_not_reach_training(module: str) -> None:
     """Applying a LoRA adapter (the model) never imports LoRA training."""
     files = module_files()
     targets = {t for _, t in imports_of(module, files[module], set(files))}
-    assert "lm_eval_robust.lora_train" not in targets
+    assert "lm_eval_robust.scoring.lora_train" not in targets

@@ -13,7 +13,7 @@ import pytest
 from lm_eval_robust.cli import main as cli_main
 from lm_eval_robust.report.leaderboard import MEAN, build_leaderboard
 from lm_eval_robust.report.leaderboard_tables import to_markdown
-from lm_eval_robust.report.pairing import label_runs
+from lm_eval_robust.values.pairing import label_runs
 
 STAMP = "2025-01-01T00-00-00.000001"
 

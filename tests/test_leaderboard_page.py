@@ -16,7 +16,7 @@ from test_leaderboard import _write_run
 from lm_eval_robust.cli import main as cli_main
 from lm_eval_robust.report.leaderboard import build_leaderboard, within_noise
 from lm_eval_robust.report.leaderboard_tables import to_markdown
-from lm_eval_robust.report.pairing import label_runs
+from lm_eval_robust.values.pairing import label_runs
 
 CHROMIUM_FLAGS = (
     "--headless",

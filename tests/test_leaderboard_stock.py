@@ -24,7 +24,7 @@ from lm_eval_robust.cli import main as cli_main
 from lm_eval_robust.report.leaderboard import MEAN, build_leaderboard
 from lm_eval_robust.report.leaderboard_html import to_html
 from lm_eval_robust.report.leaderboard_tables import to_csv, to_json, to_markdown
-from lm_eval_robust.report.pairing import Run, label_runs
+from lm_eval_robust.values.pairing import Run, label_runs
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "wrap_bigbench"
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-0.5b-instruct")

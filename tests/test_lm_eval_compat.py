@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust._plugin import _flat_load, task_dir
+from lm_eval_robust.harness._plugin import _flat_load, task_dir
 
 
 def _yaml_functions() -> set[str]:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_robust.lora import LoraError, load_adapter, save_adapter
-from lm_eval_robust.lora_train import LoraSettings, label_logits, train_lora, train_rows
+from lm_eval_robust.scoring.lora import LoraError, load_adapter, save_adapter
+from lm_eval_robust.scoring.lora_train import LoraSettings, label_logits, train_lora, train_rows
 
 MD = {"n_perturbations": 3, "n_examples": 24}
 TASK = "ni322_format_pert"
@@ -21,7 +21,7 @@ FAST = LoraSettings(rank=4, lr=2e-2, epochs=3, batch_size=8, seed=0)
 
 
 def _lm(model_dir: Path, **kw):
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     return DebiasedHFLM(
         pretrained=str(model_dir), batch_size=8, dtype="float32", device="cpu", **kw
@@ -158,9 +158,9 @@ def test_adapter_refused_on_another_model(tiny_model_dir: Path, trained, tmp_pat
 def test_lora_debias_fingerprint_chain(
     tiny_model_dir: Path, trained, tmp_path: Path, data_dir: Path
 ) -> None:
-    from lm_eval_robust.correction import CorrectionError, save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.scoring.correction import CorrectionError, save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     _, _, adapter, folder, _ = trained
     feats_lora, feats_base = tmp_path / "fl", tmp_path / "fb"

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from lm_eval_robust.metrics import classification as m
+from lm_eval_robust.stats import classification as m
 
 
 def _item(ex: int, pert: int, gold: int, pred: int) -> dict:

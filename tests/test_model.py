@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.base.errors import UserError
 
 pytest.importorskip("lm_eval")  # a hard dependency; importorskip only makes the failure readable
 
@@ -44,7 +44,7 @@ def requests(data_dir: Path) -> list:
 def _models(model_dir: Path):
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     kw = dict(pretrained=str(model_dir), batch_size=4, dtype="float32", device="cpu")
     return HFLM(**kw), DebiasedHFLM(**kw)
@@ -128,7 +128,7 @@ def test_long_continuations_fall_back(tiny_model_dir: Path) -> None:
 def test_last_positions_head_matches_full_logits(tiny_model_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from lm_eval_robust.model import last_positions_head
+    from lm_eval_robust.scoring.model import last_positions_head
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     inps = torch.randint(3, 100, (3, 9))
@@ -147,7 +147,7 @@ def test_last_positions_head_matches_full_logits(tiny_model_dir: Path) -> None:
 
 
 def test_label_token_check() -> None:
-    from lm_eval_robust.model import LabelTokenError, check_label_tokens
+    from lm_eval_robust.scoring.model import LabelTokenError, check_label_tokens
 
     check_label_tokens("t", {" A": [5], " B": [6]})
     check_label_tokens("t", {" 1": [9, 5], " 2": [9, 6]})  # shared leading piece is fine
@@ -158,7 +158,7 @@ def test_label_token_check() -> None:
 
 
 def test_prefix_cache_auto_is_on_in_every_dtype(tiny_model_dir: Path) -> None:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     kw = dict(pretrained=str(tiny_model_dir), batch_size=2, device="cpu")
     assert DebiasedHFLM(dtype="float32", **kw)._prefix_cache is not None
@@ -176,7 +176,7 @@ def test_fast_batch_size_rule(
     tiny_model_dir: Path, batch_size: object, fast: object, expected: int
 ) -> None:
     """The harness's default batch size 1 reads as "not given": the device default applies."""
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     lm = DebiasedHFLM(
         pretrained=str(tiny_model_dir),
@@ -190,8 +190,8 @@ def test_fast_batch_size_rule(
 
 @pytest.mark.parametrize("bad", ["0", "-2", "lots", "1.5"])
 def test_fast_batch_size_bad_values_are_one_line(tiny_model_dir: Path, bad: str) -> None:
-    from lm_eval_robust.errors import UserError
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.base.errors import UserError
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     with pytest.raises(UserError, match=r"fast_batch_size=.*positive whole number"):
         DebiasedHFLM(pretrained=str(tiny_model_dir), fast_batch_size=bad, device="cpu")
@@ -199,8 +199,8 @@ def test_fast_batch_size_bad_values_are_one_line(tiny_model_dir: Path, bad: str)
 
 def test_progress_bar_counts_prompts(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two prompts of one doc each, two labels each: the bar's total is 2 prompts, not 4."""
-    import lm_eval_robust.model as model_mod
-    from lm_eval_robust.model import DebiasedHFLM
+    import lm_eval_robust.scoring.model as model_mod
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     seen: dict[str, object] = {}
 
@@ -234,7 +234,7 @@ def test_progress_bar_counts_prompts(tiny_model_dir: Path, monkeypatch: pytest.M
 def test_unknown_model_refused_before_any_load(monkeypatch: pytest.MonkeyPatch) -> None:
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     def no_load(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the model was loaded")
@@ -249,7 +249,7 @@ def test_missing_data_dir_refused_before_the_model_loads(
 ) -> None:
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     def no_load(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the model was loaded")
@@ -279,7 +279,7 @@ def _half_copy(src: Path, dst: Path) -> Path:
 def test_cpu_dtype_default(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lm_eval_robust import cpu_dtype
+    from lm_eval_robust.scoring import cpu_dtype
 
     half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
     monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)
@@ -298,7 +298,7 @@ def test_half_checkpoint_runs_in_float32_on_a_cpu_without_bf16(
 ) -> None:
     import torch
 
-    from lm_eval_robust import cpu_dtype, model
+    from lm_eval_robust.scoring import cpu_dtype, model
 
     half = str(_half_copy(tiny_model_dir, tmp_path / "half"))
     monkeypatch.setattr(cpu_dtype, "cpu_has_native_bf16", lambda: False)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_robust import offline_models
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.offline_models import (
+from lm_eval_robust.base import offline_models
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.base.offline_models import (
     QWEN_PARTS,
     _assemble_qwen_coder_15b,
     check_pretrained_name,

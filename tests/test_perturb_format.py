@@ -1,4 +1,4 @@
-"""Tests for the FormatSpread prompt-format grammar (lm_eval_robust.perturb.format)."""
+"""Tests for the FormatSpread prompt-format grammar (lm_eval_robust.tasks.perturb.format)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lm_eval_robust.perturb.format import (
+from lm_eval_robust.tasks.perturb.format import (
     CASINGS,
     ITEM_WRAPPERS,
     NUMBER_FORMATS,
@@ -40,7 +40,7 @@ from lm_eval_robust.perturb.format import (
     sample_formats,
     split_formats,
 )
-from lm_eval_robust.perturb.segments import join
+from lm_eval_robust.tasks.perturb.segments import join
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS_DIR = Path(__file__).resolve().parents[2] / "shared/data/formats"
@@ -278,7 +278,7 @@ def test_sample_formats_same_across_processes() -> None:
     here = [f.format_id for f in sample_formats(MC, 30, seed=11)]
     code = (
         "import json\n"
-        "from lm_eval_robust.perturb.format import *\n"
+        "from lm_eval_robust.tasks.perturb.format import *\n"
         "mc = Spacing((Field('Passage', 'p'), Field('Question', 'q'),"
         " Spacing((Header('Options'), Enumeration('', 'opts'))), Answer()))\n"
         "print(json.dumps([f.format_id for f in sample_formats(mc, 30, seed=11)]))\n"

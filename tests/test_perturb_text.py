@@ -1,4 +1,4 @@
-"""Tests for lm_eval_robust.perturb.text."""
+"""Tests for lm_eval_robust.tasks.perturb.text."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from confusable_homoglyphs.confusables import confusables_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lm_eval_robust.perturb.rng import seeded_rng
-from lm_eval_robust.perturb.segments import Segment, join
-from lm_eval_robust.perturb.text import (
+from lm_eval_robust.tasks.perturb.rng import seeded_rng
+from lm_eval_robust.tasks.perturb.segments import Segment, join
+from lm_eval_robust.tasks.perturb.text import (
     MARKUP_WRAPPERS,
     QWERTY_NEIGHBOURS,
     TEXT_PERTURBATIONS,
@@ -410,9 +410,9 @@ def test_kind_choice_follows_weights() -> None:
 
 DIGEST_SCRIPT = """
 import hashlib
-from lm_eval_robust.perturb.rng import seeded_rng
-from lm_eval_robust.perturb.segments import Segment, join
-from lm_eval_robust.perturb.text import (
+from lm_eval_robust.tasks.perturb.rng import seeded_rng
+from lm_eval_robust.tasks.perturb.segments import Segment, join
+from lm_eval_robust.tasks.perturb.text import (
     TEXT_PERTURBATIONS, TextPerturbConfig, confusable_map, perturb_segments,
 )
 

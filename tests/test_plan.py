@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 from lm_eval_robust.cli import main as cli_main
-from lm_eval_robust.metrics.bootstrap import bac_from_counts
-from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.plan import (
     PlanSettings,
     detectable_effect,
@@ -19,6 +17,8 @@ from lm_eval_robust.report.plan import (
     plan_pair,
     to_markdown,
 )
+from lm_eval_robust.stats.bootstrap import bac_from_counts
+from lm_eval_robust.stats.margins import MarginTable
 
 
 def _table(gold: np.ndarray, clean_ok: np.ndarray, var_ok: np.ndarray) -> MarginTable:

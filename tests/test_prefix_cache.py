@@ -9,11 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from lm_eval_robust.prefix_cache import (
-    PrefixCache,
-    forward_last_cached,
-    group_by_prefix,
-)
+from lm_eval_robust.scoring.prefix_cache import PrefixCache, forward_last_cached, group_by_prefix
 
 VOCAB = 300
 WINDOW = 16
@@ -77,7 +73,7 @@ def gemma() -> torch.nn.Module:
 
 def _plain(model: torch.nn.Module, inputs: list[tuple[int, ...]], n_keep: int) -> Any:
     """``DebiasedHFLM._forward_last``, written out: one padded batch, no attention mask."""
-    from lm_eval_robust.model import last_positions_head
+    from lm_eval_robust.scoring.model import last_positions_head
 
     width = max(len(c) for c in inputs)
     inps = torch.zeros((len(inputs), width), dtype=torch.long)
@@ -361,7 +357,7 @@ def test_unusable_cache_is_detected_once(llama: torch.nn.Module, wrapper: type) 
 def test_cache_argument_follows_the_forward_signature() -> None:
     import torch
 
-    from lm_eval_robust.prefix_cache import cache_argument, output_cache
+    from lm_eval_robust.scoring.prefix_cache import cache_argument, output_cache
 
     class New(torch.nn.Module):
         def forward(self, input_ids: Any = None, cache: Any = None) -> None: ...

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lm_eval_robust.correction import CorrectionError
-from lm_eval_robust.model import PromptStyleError
+from lm_eval_robust.scoring.correction import CorrectionError
+from lm_eval_robust.scoring.model import PromptStyleError
 
 CHAT = (
     "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
@@ -35,7 +35,7 @@ def _evaluate(model_dir: Path, data_dir: Path, chat: bool, md: dict[str, Any], *
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_robust._plugin import register, task_dir
+    from lm_eval_robust.harness._plugin import register, task_dir
 
     register()
     tm = TaskManager(include_path=task_dir(), include_defaults=False, metadata={**MD, **md})
@@ -61,7 +61,7 @@ def test_plain_style_scores_label_after_a_space(tiny_model_dir: Path, data_dir: 
 def test_chat_style_scores_first_token_of_the_answer(
     chat_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    from lm_eval_robust.fit.features import load_features
+    from lm_eval_robust.values.features import load_features
 
     out = _evaluate(
         chat_model_dir, data_dir, chat=True, md={}, collect_features=str(tmp_path / "f")
@@ -90,9 +90,9 @@ def test_model_without_template_gives_one_line_error(tiny_model_dir: Path, data_
 def test_correction_fitted_on_plain_prompts_is_refused_on_chat(
     chat_model_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    from lm_eval_robust.correction import save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.scoring.correction import save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     _evaluate(chat_model_dir, data_dir, chat=False, md={}, collect_features=str(tmp_path / "f"))
     feats = load_features(tmp_path / "f" / TASK)

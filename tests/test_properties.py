@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lm_eval_robust.perturb.format import is_valid, render
-from lm_eval_robust.perturb.segments import join
-from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments, remove_zero_width
 from lm_eval_robust.tasks.ni import NIConfig, build_prompt, format_splits, load_task_data
+from lm_eval_robust.tasks.perturb.format import is_valid, render
+from lm_eval_robust.tasks.perturb.segments import join
+from lm_eval_robust.tasks.perturb.text import TextPerturbConfig, perturb_segments, remove_zero_width
 from lm_eval_robust.tasks.specs import TASK_ORDER, get_spec
 
 SETTINGS = settings(
@@ -78,8 +78,8 @@ def test_format_perturbations_render_valid_formats(task_data, task, pick) -> Non
 def test_same_fit_twice_same_file(tmp_path: Path) -> None:
     import numpy as np
 
-    from lm_eval_robust.correction import Correction, save
-    from lm_eval_robust.fit.ridge import fit_ridge
+    from lm_eval_robust.scoring.correction import Correction, save
+    from lm_eval_robust.scoring.fit.ridge import fit_ridge
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 16))

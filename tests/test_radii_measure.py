@@ -1,13 +1,13 @@
-"""Radii before and after a correction are measured, not copied (fit/measure.py)."""
+"""Radii before and after a correction are measured, not copied (stats/fit/measure.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lm_eval_robust.correction import Correction
-from lm_eval_robust.fit.features import Features
-from lm_eval_robust.fit.measure import corrected_gamma, correction_bias, measure_radii
+from lm_eval_robust.scoring.correction import Correction
+from lm_eval_robust.stats.fit.measure import corrected_gamma, correction_bias, measure_radii
+from lm_eval_robust.values.features import Features
 
 
 def _features(seed: int = 0, n: int = 6, d: int = 2) -> Features:

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_robust.harness_names import ROBUSTNESS_METRICS
-from lm_eval_robust.replay import ReplayError, corrected_loglikelihoods, replay
+from lm_eval_robust.base.harness_names import ROBUSTNESS_METRICS
 from lm_eval_robust.report.estimates import ReportSettings, build_report
-from lm_eval_robust.report.pairing import _fits, label_runs
+from lm_eval_robust.report.replay import ReplayError, corrected_loglikelihoods, replay
 from lm_eval_robust.report.tables import to_csv, to_markdown
+from lm_eval_robust.values.pairing import _fits, label_runs
 
 TASK = "ni1284_format_pert"
 #: the robustness aggregations (recomputed by replay like every other metric)
@@ -74,10 +74,10 @@ def test_corrected_loglikelihoods_by_hand() -> None:
 
 @pytest.mark.slow
 def test_replay_equals_a_real_debiased_run(tiny_model_dir: Path, data_dir: Path, tmp_path: Path):
-    from lm_eval_robust.correction import save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
-    from lm_eval_robust.report.pairing import load_run
+    from lm_eval_robust.scoring.correction import save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
+    from lm_eval_robust.values.pairing import load_run
 
     base = _run(tmp_path, tiny_model_dir, "base", collect_features=str(tmp_path / "feats"))
     feats = load_features(tmp_path / "feats" / TASK)
@@ -196,9 +196,9 @@ def test_replay_without_features_equals_a_real_debiased_run(
     """A calibration offset (no W) replayed on the logged scores alone, as for a run by any
     engine: the same log-likelihoods (2e-4), predictions and metrics as debiased_hf applying it;
     a ridge correction, another model and a missing model folder are refused in one line."""
-    from lm_eval_robust.correction import save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.scoring.correction import save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     # features only to fit the corrections; the replay below is not given them
     base = _run(tmp_path, tiny_model_dir, "base", collect_features=str(tmp_path / "feats"))
@@ -250,7 +250,7 @@ def test_replay_without_features_equals_a_real_debiased_run(
 
 def test_the_model_folder_comes_from_the_run_or_model(tiny_model_dir: Path, tmp_path: Path):
     """``local-completions`` names its checkpoint ``model=``, the HF engines ``pretrained=``."""
-    from lm_eval_robust.replay_posthoc import model_folder
+    from lm_eval_robust.report.replay_posthoc import model_folder
 
     served = {"model": str(tiny_model_dir), "base_url": "http://localhost:8000/v1/completions"}
     assert model_folder(served, None) == str(tiny_model_dir)

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from lm_eval_robust.cli.report import main
-from lm_eval_robust.metrics import classification
-from lm_eval_robust.metrics.certificates import CertConfig
-from lm_eval_robust.report import pairing
 from lm_eval_robust.report.estimates import ReportSettings, build_report
 from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
+from lm_eval_robust.stats import classification
+from lm_eval_robust.stats.certificates import CertConfig
+from lm_eval_robust.values import pairing
 
 STAMP = "2025-01-01T00-00-00.000001"
 # the conservative estimator, whose n/a cases at few variants the tests below rely on
@@ -287,7 +287,7 @@ def test_single_run_report(tmp_path: Path) -> None:
 def test_gzipped_samples_are_read(tmp_path: Path) -> None:
     import gzip
 
-    from lm_eval_robust.report.pairing import load_run
+    from lm_eval_robust.values.pairing import load_run
 
     run = _write_run(tmp_path / "r", {"ni065_format_pert": _task_a(False)})
     plain = load_run(run)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from test_report import FAST, _runs
 
-from lm_eval_robust.report import pairing
 from lm_eval_robust.report.estimates import build_report
 from lm_eval_robust.report.summary import mean_std, summary_markdown
 from lm_eval_robust.report.tables import to_markdown
+from lm_eval_robust.values import pairing
 
 
 def test_mean_std_by_hand() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lm_eval_robust.harness_names import short_metric
-from lm_eval_robust.metrics import classification, robustness
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, RobustTable, replicates
+from lm_eval_robust.base.harness_names import short_metric
+from lm_eval_robust.stats import classification, robustness
+from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS, RobustTable, replicates
 from lm_eval_robust.tasks.ni import build_docs
 from lm_eval_robust.tasks.settings import NIConfig, TaskConfigError
 
@@ -166,7 +166,7 @@ def test_harness_results_carry_clustered_stderrs(tiny_model_dir: Path, data_dir:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_robust._plugin import register, task_dir
+    from lm_eval_robust.harness._plugin import register, task_dir
 
     register()
     md = {"n_examples": 12, "n_perturbations": 3, "design": "crossed"}
@@ -198,7 +198,7 @@ def test_harness_results_carry_clustered_stderrs(tiny_model_dir: Path, data_dir:
 
 
 def test_generation_stderr_is_clustered_by_example() -> None:
-    from lm_eval_robust.metrics.stderr import generation_replicates, metric_of, stderr_for
+    from lm_eval_robust.stats.stderr import generation_replicates, metric_of, stderr_for
 
     def items(n_pert: int) -> list[dict[str, Any]]:
         out = []
@@ -213,7 +213,7 @@ def test_generation_stderr_is_clustered_by_example() -> None:
     assert few == pytest.approx(100 * 0.5 / np.sqrt(20), rel=0.25)  # SE of a mean of 20 0/1s
     boot = generation_replicates(items(3), "em", 200)
     assert np.allclose(boot[:, 2], 0.0)  # perturbed == clean in every resample
-    from lm_eval_robust.generation import metrics as gen
+    from lm_eval_robust.tasks.generation import metrics as gen
 
     assert metric_of(gen.em_drop) == "em_drop" and metric_of(gen.rougeL_clean) == "rougeL_clean"
 
@@ -238,7 +238,7 @@ def test_leaderboard_group_row_averages_the_finite_sample_certificate(
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_robust._plugin import register, task_dir
+    from lm_eval_robust.harness._plugin import register, task_dir
 
     register()
     tm = TaskManager(include_path=task_dir(), include_defaults=False)

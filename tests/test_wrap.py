@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from lm_eval_robust.wrap.names import parse
-from lm_eval_robust.wrap.parts import (
+from lm_eval_robust.tasks.wrap.names import parse
+from lm_eval_robust.tasks.wrap.parts import (
     find_parts,
     render_parts,
     sample_prompt_formats,
     split_prompt_formats,
 )
-from lm_eval_robust.wrap.settings import WrapError
+from lm_eval_robust.tasks.wrap.settings import WrapError
 
 MC_YAML = """task: toy_mc
 dataset_path: json
@@ -237,7 +237,7 @@ def test_bad_names_are_one_line_errors(user_tasks: Path, name: str, match: str) 
 
 def test_missing_local_data_is_one_line(user_tasks: Path, tmp_path: Path) -> None:
     (tmp_path / "bigbench" / "navigate_zero_shot").mkdir(parents=True)
-    from lm_eval_robust.wrap.local_data import apply_local_data
+    from lm_eval_robust.tasks.wrap.local_data import apply_local_data
 
     cfg = {
         "task": "x",
@@ -318,7 +318,7 @@ def test_end_to_end_multiple_choice_and_generation(user_tasks: Path, tiny_model_
 
 
 def test_bigbench_converter_schema(tmp_path: Path, data_dir: Path) -> None:
-    from lm_eval_robust.wrap.convert import convert_bigbench, convert_gsm8k
+    from lm_eval_robust.tasks.wrap.convert import convert_bigbench, convert_gsm8k
 
     counts = convert_bigbench(data_dir / "bigbench", tmp_path)
     assert counts["logical_deduction"] == 1500 and counts["navigate"] == 1000
@@ -346,7 +346,7 @@ def _task_run(task: str, label_set: str, n: int, seed: int) -> Any:
     """A wrapped task's logged items: a model that prefers label 0 by 1.5 nats on every prompt."""
     import numpy as np
 
-    from lm_eval_robust.report.pairing import TaskRun
+    from lm_eval_robust.values.pairing import TaskRun
 
     rng = np.random.default_rng(seed)
     items = {}
@@ -396,7 +396,7 @@ def test_stock_bigbench_and_gsm8k_offline(tmp_path: Path, data_dir: Path) -> Non
     from lm_eval.tasks import TaskManager
 
     import lm_eval_robust
-    from lm_eval_robust.wrap.convert import convert_bigbench, convert_gsm8k
+    from lm_eval_robust.tasks.wrap.convert import convert_bigbench, convert_gsm8k
 
     convert_bigbench(data_dir / "bigbench", tmp_path)
     convert_gsm8k(data_dir / "gsm8k", tmp_path)
@@ -443,7 +443,7 @@ def test_cli_run_feeds_the_leaderboard(
     """``lm_eval --tasks <task>_robust_format`` from a user's --include_path, logged, read by the
     leaderboard like our own tasks."""
     from lm_eval_robust.report.leaderboard import build_leaderboard
-    from lm_eval_robust.report.pairing import load_run
+    from lm_eval_robust.values.pairing import load_run
 
     out = tmp_path / "run"
     proc = _lm_eval(

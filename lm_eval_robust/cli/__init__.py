@@ -13,9 +13,9 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, spelling_note
 from lm_eval_robust.cli.perturb import show_invisible, side_by_side
-from lm_eval_robust.errors import UserError
 
 __all__ = ["COMMANDS", "closest_command", "main", "show_invisible", "side_by_side", "top_help"]
 

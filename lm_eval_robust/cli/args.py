@@ -14,8 +14,8 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lm_eval_robust.errors import OneLineArgumentParser, UserError
-from lm_eval_robust.validate import (
+from lm_eval_robust.base.errors import OneLineArgumentParser, UserError
+from lm_eval_robust.base.validate import (
     CONFIDENCE_MAX,
     CONFIDENCE_MIN,
     RESAMPLES_MAX,
@@ -219,7 +219,7 @@ def known_tasks() -> set[str]:
     """Every task, tag and group name of our YAMLs (read from the files; no harness loaded)."""
     from pathlib import Path
 
-    from lm_eval_robust._plugin import task_dir
+    from lm_eval_robust.harness._plugin import task_dir
 
     names: set[str] = set()
     for path in Path(task_dir()).glob("*.yaml"):

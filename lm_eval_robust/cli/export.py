@@ -32,7 +32,7 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    from lm_eval_robust.export import export
+    from lm_eval_robust.scoring.export import export
 
     out = export(args.pretrained, args.correction, args.out, args.dtype, args.constant)
     print(f"wrote {out}")

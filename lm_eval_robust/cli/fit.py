@@ -6,6 +6,13 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from lm_eval_robust.base.defaults import (
+    DEFAULT_CLEAN_MARGIN,
+    DEFAULT_FOLDS,
+    DEFAULT_GEN_FOLDS,
+    DEFAULT_RADII_PHI,
+)
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import (
     PROG,
     CommandParser,
@@ -15,13 +22,6 @@ from lm_eval_robust.cli.args import (
     parse_metadata,
     perturbed_task,
 )
-from lm_eval_robust.defaults import (
-    DEFAULT_CLEAN_MARGIN,
-    DEFAULT_FOLDS,
-    DEFAULT_GEN_FOLDS,
-    DEFAULT_RADII_PHI,
-)
-from lm_eval_robust.errors import UserError
 
 __all__ = ["build_parser", "collect", "main"]
 
@@ -164,7 +164,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     """``fit --tasks``: one correction per task into the folder ``-o``."""
     from pathlib import Path
 
-    from lm_eval_robust.targets import read_task_list
+    from lm_eval_robust.report.targets import read_task_list
 
     if args.layer is not None:
         raise UserError("--layer fits one generation task at a time; use --task")
@@ -172,7 +172,7 @@ def _fit_many(args: argparse.Namespace) -> int:
     if out.suffix == ".safetensors":
         raise UserError(f"with --tasks, -o is a folder (one file per task), not {out.name}")
     keys = [perturbed_task(task, "--tasks") for task in read_task_list(args.tasks)]
-    from lm_eval_robust.atomic import atomic_dir, check_replaceable
+    from lm_eval_robust.base.atomic import atomic_dir, check_replaceable
 
     _refuse_fit_inputs(out, args.features, args.pretrained)
     # the folder appears whole with every task's correction, or not at all; an existing one is
@@ -209,16 +209,16 @@ def _fit_one(args: argparse.Namespace, lands_at: Any = None) -> int:
     import json
     from pathlib import Path
 
-    from lm_eval_robust.correction import correction_key, fit_summary, save
-    from lm_eval_robust.fit.features import load_features
-    from lm_eval_robust.fit.run import FitSettings, fit_features
+    from lm_eval_robust.scoring.correction import correction_key, fit_summary, save
+    from lm_eval_robust.stats.fit.run import FitSettings, fit_features
+    from lm_eval_robust.values.features import load_features
 
     if args.layer is not None:
         from lm_eval_robust.cli.fit_layers import fit_layers
 
         return fit_layers(args, correction_key(args.task))
     key = perturbed_task(args.task)  # unknown or misspelt task: one line before any work
-    from lm_eval_robust.validate import check_seed
+    from lm_eval_robust.base.validate import check_seed
 
     check_seed(args.seed)
     _refuse_layer_flags(args)
@@ -234,7 +234,7 @@ def _fit_one(args: argparse.Namespace, lands_at: Any = None) -> int:
             raise UserError(
                 f"--plot draws the search of --method constant, not {args.method}; drop it"
             )
-        from lm_eval_robust.atomic import refuse_overwrite
+        from lm_eval_robust.base.atomic import refuse_overwrite
 
         refuse_overwrite(args.plot, "--plot", [("correction -o", out)])
         _refuse_fit_inputs(args.plot, args.features, args.pretrained, flag="--plot")
@@ -256,7 +256,7 @@ def _fit_one(args: argparse.Namespace, lands_at: Any = None) -> int:
         feat_dir = Path(args.features)
     else:
         root = Path(args.features_dir) if args.features_dir else out.with_suffix(".features")
-        from lm_eval_robust.atomic import refuse_overwrite
+        from lm_eval_robust.base.atomic import refuse_overwrite
 
         refuse_overwrite(root, "--features_dir", [("model folder", args.pretrained)])
         refuse_overwrite(out, "-o", [("features folder", root)])
@@ -273,11 +273,11 @@ def _fit_one(args: argparse.Namespace, lands_at: Any = None) -> int:
             f"{correction_key(feats.task)} or collect {key}_train"
         )
     if args.method == "constant":
-        from lm_eval_robust.fit.run import constant_search_of
+        from lm_eval_robust.stats.fit.run import constant_search_of
 
         search = constant_search_of(feats, settings)
         if args.plot:
-            from lm_eval_robust.fit.constant import plot_constant_search
+            from lm_eval_robust.stats.fit.constant import plot_constant_search
 
             plot_constant_search(search, args.plot)
         if search.b is None:  # the paper's "–" rows: say so, write nothing
@@ -304,8 +304,8 @@ def _fit_auto(
     """``--method auto``: grouped CV on train, the chosen kind refitted and saved with its table."""
     import json
 
-    from lm_eval_robust.correction import fit_summary, save
-    from lm_eval_robust.fit.auto import AutoSettings, auto_fit
+    from lm_eval_robust.scoring.correction import fit_summary, save
+    from lm_eval_robust.stats.fit.auto import AutoSettings, auto_fit
 
     margin = DEFAULT_CLEAN_MARGIN if args.clean_margin is None else args.clean_margin
     auto = AutoSettings(n_folds=args.auto_folds, seed=args.seed, clean_margin=margin, fit=settings)
@@ -361,7 +361,7 @@ def _refuse_fit_inputs(out: Any, feat_dir: Any, pretrained: Any = None, flag: st
     nor the model folder."""
     from pathlib import Path
 
-    from lm_eval_robust.atomic import refuse_overwrite
+    from lm_eval_robust.base.atomic import refuse_overwrite
 
     if feat_dir and Path(feat_dir).is_dir():
         shards = sorted(Path(feat_dir).glob("rank*.safetensors"))
@@ -386,9 +386,9 @@ def _check_train_split(task: str, feat_dir: Any, any_split: bool) -> None:
 def _fit_contextual(key: str, args: argparse.Namespace, out: Any) -> int:
     import json
 
-    from lm_eval_robust.correction import save
-    from lm_eval_robust.fit.run import contextual_calibration
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.correction import save
+    from lm_eval_robust.scoring.model import DebiasedHFLM
+    from lm_eval_robust.stats.fit.run import contextual_calibration
     from lm_eval_robust.tasks.ni import NIConfig
 
     lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
@@ -406,7 +406,7 @@ def collect(
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_robust._plugin import register, task_dir
+    from lm_eval_robust.harness._plugin import register, task_dir
 
     register()
     md = parse_metadata(metadata)

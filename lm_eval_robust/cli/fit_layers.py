@@ -9,9 +9,9 @@ so ``layer_correction=DIR/L<layer>`` applies one layer to every task fitted ther
 
 ``--select generation`` chooses ``k`` and λ per layer by the task's metric on held-out train
 prompts generated through ``debiased_hf`` with each candidate correction
-(:func:`~lm_eval_robust.generation.tune.tune_by_generation` with
-:class:`~lm_eval_robust.generation.gen_score.GenerationScorer`); the file's statistics hold the
-choice and its cross-validation table.
+(:func:`~lm_eval_robust.scoring.generation.tune.tune_by_generation` with
+:class:`~lm_eval_robust.scoring.generation.gen_score.GenerationScorer`); the file's statistics hold
+the choice and its cross-validation table.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.defaults import (
+from lm_eval_robust.base.defaults import (
     DEFAULT_CLEAN_MARGIN,
     DEFAULT_GEN_FOLDS,
     DEFAULT_GEN_K_GRID,
     DEFAULT_GEN_LAM_GRID,
 )
-from lm_eval_robust.errors import UserError
+from lm_eval_robust.base.errors import UserError
 
 SUFFIX = "_text_pert"
 
@@ -38,7 +38,7 @@ SUFFIX = "_text_pert"
 def gen_task_of(key: str) -> str:
     """``nq_open_text_pert`` (the key of ``robust_nq_open_text_pert``) -> ``nq_open``; a one-line
     error for anything else."""
-    from lm_eval_robust.generation.tasks import GEN_TASKS
+    from lm_eval_robust.tasks.generation.tasks import GEN_TASKS
 
     name = key[: -len(SUFFIX)] if key.endswith(SUFFIX) else ""
     if name not in GEN_TASKS:
@@ -124,7 +124,7 @@ def _gen_kwargs(text: str | None) -> dict[str, Any]:
         return {}
     from lm_eval.utils import simple_parse_args_string
 
-    from lm_eval_robust.validate import nearest
+    from lm_eval_robust.base.validate import nearest
 
     if any("=" not in part for part in text.split(",") if part.strip()):
         kwargs: dict[str, Any] = {}
@@ -170,7 +170,7 @@ def _gen_kwargs(text: str | None) -> dict[str, Any]:
 def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
     """The layer-fit flags as :class:`LayerFitArgs`; one line for any bad or clashing one."""
     from lm_eval_robust.cli.args import check_seed, number_or_auto
-    from lm_eval_robust.generation.layers import POSITIONS
+    from lm_eval_robust.scoring.generation.layers import POSITIONS
 
     if args.method != "ridge":
         raise UserError(f"--layer fits the ridge only, not --method {args.method}; drop --method")
@@ -231,16 +231,16 @@ def check_layer_args(args: argparse.Namespace) -> LayerFitArgs:
 def fit_layers(args: argparse.Namespace, key: str) -> int:
     """Run the layer fit described by the parsed ``fit`` arguments."""
     from lm_eval_robust.cli.args import model_kwargs, parse_metadata
-    from lm_eval_robust.generation.fit import fit_layer_correction, save_layer_correction
-    from lm_eval_robust.generation.layers import (
+    from lm_eval_robust.scoring.generation.fit import fit_layer_correction, save_layer_correction
+    from lm_eval_robust.scoring.generation.layers import (
         collect_last_states,
         decoder_layers,
         encode_prompts,
         resolve_layers,
     )
-    from lm_eval_robust.generation.tasks import GenConfig, build_docs, get_task
-    from lm_eval_robust.generation.tune import GenTuneSettings
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.generation.tune import GenTuneSettings
+    from lm_eval_robust.scoring.model import DebiasedHFLM
+    from lm_eval_robust.tasks.generation.tasks import GenConfig, build_docs, get_task
 
     name = gen_task_of(key)
     flags = check_layer_args(args)
@@ -262,14 +262,14 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         )
     docs = build_docs(name, "text", "train", config)
     out = Path(args.out)
-    from lm_eval_robust.atomic import refuse_overwrite
+    from lm_eval_robust.base.atomic import refuse_overwrite
 
     refuse_overwrite(out, "-o", [("model folder", args.pretrained)])
     task = get_task(name)
     lm = DebiasedHFLM(pretrained=args.pretrained, **model_kwargs(args.model_args))
     n_layers = len(decoder_layers(lm.model))
     layers = resolve_layers(args.layer, n_layers)
-    from lm_eval_robust.generation.gen_score import generation_kwargs
+    from lm_eval_robust.scoring.generation.gen_score import generation_kwargs
 
     gen_kwargs = generation_kwargs(task, flags.gen_kwargs)
     max_gen = int(gen_kwargs["max_gen_toks"])
@@ -292,7 +292,7 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
     groups = [str(docs[i]["example_id"]) for i in pert]
     scorer = None
     if select is not None:
-        from lm_eval_robust.generation.gen_score import (
+        from lm_eval_robust.scoring.generation.gen_score import (
             GenerationScorer,
             add_changed_counts,
             n_generations,
@@ -321,7 +321,7 @@ def fit_layers(args: argparse.Namespace, key: str) -> int:
         }
         xc, xp = x[np.asarray(clean)], x[np.asarray(pert)]
         if select is not None and scorer is not None:
-            from lm_eval_robust.generation.tune import tune_by_generation
+            from lm_eval_robust.scoring.generation.tune import tune_by_generation
 
             before, first_call = scorer.n_generated, len(scorer.calls)
             corr = tune_by_generation(xc, xp, pair, groups, scorer, settings=select, **common)

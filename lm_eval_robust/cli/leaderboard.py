@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lm_eval_robust.base.defaults import DEFAULT_RESAMPLES
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
-from lm_eval_robust.defaults import DEFAULT_RESAMPLES
-from lm_eval_robust.errors import UserError
 
 __all__ = ["LEADERBOARD_FILES", "build_parser", "main"]
 
@@ -60,10 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_leaderboard(args: argparse.Namespace) -> str:
-    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
+    from lm_eval_robust.base.atomic import (
+        StagedDir,
+        check_replaceable,
+        refuse_overwrite,
+        run_inputs,
+    )
     from lm_eval_robust.report.leaderboard import build_leaderboard
     from lm_eval_robust.report.leaderboard_tables import to_csv, to_json, to_markdown
-    from lm_eval_robust.report.pairing import label_runs
+    from lm_eval_robust.values.pairing import label_runs
 
     check_bootstrap_flags(args.resamples, args.confidence, args.seed)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None

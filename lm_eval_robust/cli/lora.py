@@ -15,13 +15,13 @@ from lm_eval_robust.cli.args import (
     perturbed_task,
     positive_int,
 )
-from lm_eval_robust.lora import LoraError
+from lm_eval_robust.scoring.lora import LoraError
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> CommandParser:
-    from lm_eval_robust.lora_train import LoraSettings
+    from lm_eval_robust.scoring.lora_train import LoraSettings
 
     d = LoraSettings()
     p = CommandParser(
@@ -47,7 +47,7 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     """``lm-eval-robust lora``: train one adapter per task and write ``OUT/<task>.safetensors``."""
-    from lm_eval_robust.lora_train import LoraSettings
+    from lm_eval_robust.scoring.lora_train import LoraSettings
 
     args = build_parser().parse_args(list(argv))
     settings = LoraSettings(
@@ -68,22 +68,22 @@ def main(argv: Sequence[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise LoraError(f"-o {out} is a file; adapters go into a folder (one file per task)")
-    from lm_eval_robust.atomic import refuse_overwrite
-    from lm_eval_robust.validate import check_seed
+    from lm_eval_robust.base.atomic import refuse_overwrite
+    from lm_eval_robust.base.validate import check_seed
 
     check_seed(args.seed)
     extra = model_kwargs(args.model_args)
     inputs = [("model folder", args.pretrained)]
     inputs += [(k, extra[k]) for k in ("correction", "lora", "layer_correction") if extra.get(k)]
     refuse_overwrite(out, "-o", inputs)
-    from lm_eval_robust.atomic import atomic_dir, check_replaceable
+    from lm_eval_robust.base.atomic import atomic_dir, check_replaceable
 
     # the folder appears whole with every task's adapter, or not at all; an existing one is
     # replaced whole (no adapter of an earlier run left beside the new ones)
     check_replaceable(out, "-o", "lora", ("*.safetensors",))
-    from lm_eval_robust.lora import save_adapter
-    from lm_eval_robust.lora_train import train_lora, train_rows
-    from lm_eval_robust.model import DebiasedHFLM
+    from lm_eval_robust.scoring.lora import save_adapter
+    from lm_eval_robust.scoring.lora_train import train_lora, train_rows
+    from lm_eval_robust.scoring.model import DebiasedHFLM
     from lm_eval_robust.tasks.settings import NIConfig
 
     md = parse_metadata(args.metadata)

@@ -7,8 +7,8 @@ import textwrap
 import unicodedata
 from collections.abc import Sequence
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser
-from lm_eval_robust.errors import UserError
 
 __all__ = ["INVISIBLE_MARK", "build_parser", "main", "show_invisible", "side_by_side"]
 

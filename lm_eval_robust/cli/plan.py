@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.margins import MarginTable
-from lm_eval_robust.report.pairing import label_runs, pair_runs
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
+from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.values.pairing import label_runs, pair_runs
 
 __all__ = ["K_MAX", "build_parser", "main"]
 

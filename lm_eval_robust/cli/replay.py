@@ -43,7 +43,7 @@ def build_parser() -> CommandParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    from lm_eval_robust.replay import replay
+    from lm_eval_robust.report.replay import replay
 
     print(f"wrote {replay(args.run, args.features, args.correction, args.out, args.model)}")
     return 0

@@ -14,13 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lm_eval_robust.base.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI, DEFAULT_RESAMPLES
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_bootstrap_flags
-from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_CERT_PSI, DEFAULT_RESAMPLES
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
 from lm_eval_robust.report.estimates import ReportSettings, build_report
-from lm_eval_robust.report.pairing import label_runs
 from lm_eval_robust.report.tables import to_csv, to_json, to_markdown
+from lm_eval_robust.stats.certificates import DEFAULT_ESTIMATOR, ESTIMATORS, CertConfig
+from lm_eval_robust.values.pairing import label_runs
 
 __all__ = ["REPORT_FILES", "build_parser", "main"]
 
@@ -119,7 +119,12 @@ def _settings(args: argparse.Namespace) -> ReportSettings:
 
 def run_report(args: argparse.Namespace) -> str:
     """Build the report for parsed arguments, write its files, return the Markdown."""
-    from lm_eval_robust.atomic import StagedDir, check_replaceable, refuse_overwrite, run_inputs
+    from lm_eval_robust.base.atomic import (
+        StagedDir,
+        check_replaceable,
+        refuse_overwrite,
+        run_inputs,
+    )
 
     settings = _settings(args)
     inputs = run_inputs(args.runs)
@@ -139,8 +144,8 @@ def _write_report(args: argparse.Namespace, settings: Any, out: Path) -> str:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = label_runs(args.runs, labels)
     if args.tasks:
-        from lm_eval_robust.correction import correction_key
-        from lm_eval_robust.targets import read_task_list
+        from lm_eval_robust.report.targets import read_task_list
+        from lm_eval_robust.scoring.correction import correction_key
 
         keep = set(read_task_list(args.tasks))
         runs = [

@@ -9,8 +9,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, normalise_flags, spelling_note
-from lm_eval_robust.errors import UserError
 
 __all__ = ["EXAMPLE", "harness_run_parser", "main", "unknown_tasks_message"]
 
@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 
-    from lm_eval_robust._plugin import register
+    from lm_eval_robust.harness._plugin import register
 
     register()
     setup_logging()
@@ -81,8 +81,8 @@ def main(argv: Sequence[str]) -> int:
 
 def unknown_tasks_message(missing: str) -> str:
     """The one line for ``--tasks`` names the harness did not find, with the nearest of ours."""
+    from lm_eval_robust.base.validate import nearest
     from lm_eval_robust.cli.args import known_tasks
-    from lm_eval_robust.validate import nearest
 
     names = [m.strip() for m in missing.split(",") if m.strip()]
     hints = []

@@ -1,4 +1,5 @@
-"""``lm-eval-robust select``: the paper's target-task filters (:mod:`lm_eval_robust.targets`)."""
+"""``lm-eval-robust select``: the paper's target-task filters
+(:mod:`lm_eval_robust.report.targets`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.targets import (
+from lm_eval_robust.report.targets import (
     PASS_METADATA,
     PASS_TASKS,
     Criteria,
@@ -25,8 +26,8 @@ __all__ = ["build_parser", "check_pass_tasks", "main"]
 
 def check_pass_tasks(tasks: str) -> None:
     """Every name of ``--tasks`` must be one of our tasks or tags (one line, before any model)."""
+    from lm_eval_robust.base.validate import nearest
     from lm_eval_robust.cli.args import known_tasks
-    from lm_eval_robust.validate import nearest
 
     known = known_tasks()
     for name in (t.strip() for t in tasks.split(",")):

@@ -1,8 +1,8 @@
 """``lm-eval-robust wrap data|list``: local data for stock tasks, and variant names of tasks.
 
 ``wrap data`` writes the local copies that ``--metadata '{"local_data": DIR}'`` reads
-(:mod:`lm_eval_robust.wrap.convert`); ``wrap list`` prints the perturbed-variant names of tasks,
-groups or tags lm-eval knows, comma-separated for ``--tasks``.
+(:mod:`lm_eval_robust.tasks.wrap.convert`); ``wrap list`` prints the perturbed-variant names of
+tasks, groups or tags lm-eval knows, comma-separated for ``--tasks``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser
-from lm_eval_robust.errors import UserError
 
 __all__ = ["build_parser", "main"]
 
@@ -42,7 +42,7 @@ def build_parser() -> CommandParser:
 
 
 def _data(bigbench: str | None, gsm8k: str | None, output: str | None) -> None:
-    from lm_eval_robust.wrap.convert import convert_bigbench, convert_gsm8k
+    from lm_eval_robust.tasks.wrap.convert import convert_bigbench, convert_gsm8k
 
     if not output or not (bigbench or gsm8k):
         raise UserError("wrap data needs -o OUT and --bigbench DIR and/or --gsm8k DIR")
@@ -60,7 +60,7 @@ def _list(names: Sequence[str], kinds: Sequence[str], split: str) -> None:
     from lm_eval.tasks._index import Kind
 
     import lm_eval_robust
-    from lm_eval_robust.wrap.names import variant_names
+    from lm_eval_robust.tasks.wrap.names import variant_names
 
     if not names:
         raise UserError("wrap list needs task, group or tag names")
@@ -90,9 +90,9 @@ def _list(names: Sequence[str], kinds: Sequence[str], split: str) -> None:
 
 
 def _debias(names: Sequence[str]) -> None:
-    from lm_eval_robust.report.pairing import load_run
     from lm_eval_robust.report.wrap_debias import DebiasError, debias_task, to_markdown
-    from lm_eval_robust.wrap.names import parse
+    from lm_eval_robust.tasks.wrap.names import parse
+    from lm_eval_robust.values.pairing import load_run
 
     if len(names) != 2:
         raise UserError("wrap debias needs TRAIN_RUN TEST_RUN (runs of ..._train and ..._test)")

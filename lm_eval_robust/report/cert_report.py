@@ -1,6 +1,6 @@
 """The report's certificate section: every rule over repeated splits, with its held-back check.
 
-Per run and task, :func:`certificate_summaries` runs :func:`~lm_eval_robust.metrics.cert_splits.
+Per run and task, :func:`certificate_summaries` runs :func:`~lm_eval_robust.stats.cert_splits.
 split_flags` on the task's per-doc items and summarizes each rule (the finite-sample certificate
 first, then the paper's plug-in p_C and p_H labelled with their K); :func:`render` writes the
 Markdown table the report and the leaderboard share in spirit: rate with its interval over
@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lm_eval_robust.metrics.cert_splits import RULES, RuleSummary, split_flags, summarize
+from lm_eval_robust.stats.cert_splits import RULES, RuleSummary, split_flags, summarize
 
 __all__ = ["certificate_summaries", "render"]
 
@@ -31,7 +31,7 @@ def certificate_summaries(
 ) -> dict[str, RuleSummary]:
     """Every rule of :data:`RULES` on one task's items (those with label scores); empty when
     none has them."""
-    from lm_eval_robust.metrics.margins import MarginTable
+    from lm_eval_robust.stats.margins import MarginTable
 
     scored = [it for it in items if it.get("ll") is not None]
     if not scored:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.metrics.bootstrap import bca_interval, jackknife_weights, resample_weights
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, RobustTable, statistics
+from lm_eval_robust.stats.bootstrap import bca_interval, jackknife_weights, resample_weights
+from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS, RobustTable, statistics
 
 __all__ = [
     "MEASURES",

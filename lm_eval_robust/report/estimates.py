@@ -7,7 +7,7 @@ All numbers are in percent (the paper's units). One run, per task:
   ``bac_all``: BAC over clean and perturbed docs pooled; majority-class shares of the
   predictions beside every drop (a collapsed model shows a high share and BAC near 50);
 * ``p_c``, ``p_h``: per-example certification rates; ``P_c``, ``P_h``: population guarantees
-  (:mod:`lm_eval_robust.metrics.certify`).
+  (:mod:`lm_eval_robust.stats.certify`).
 
 Two runs (base, other = e.g. debiased), paired by example:
 
@@ -35,27 +35,27 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.correction import correction_key
-from lm_eval_robust.defaults import DEFAULT_RESAMPLES
-from lm_eval_robust.metrics.bootstrap import (
+from lm_eval_robust.base.defaults import DEFAULT_RESAMPLES
+from lm_eval_robust.scoring.correction import correction_key
+from lm_eval_robust.stats.bootstrap import (
     TaskLevelCI,
     bac_from_counts,
     cluster_bootstrap_ci,
     linear_stat,
     task_level_ci,
 )
-from lm_eval_robust.metrics.cert_splits import RuleSummary, split_flags, summarize
-from lm_eval_robust.metrics.certificate_checks import (
+from lm_eval_robust.stats.cert_splits import RuleSummary, split_flags, summarize
+from lm_eval_robust.stats.certificate_checks import (
     CertificateCheck,
     Verification,
     certificate_checks,
     verification,
 )
-from lm_eval_robust.metrics.certificates import CertConfig, Certification, certify
-from lm_eval_robust.metrics.classification import majority_share
-from lm_eval_robust.metrics.margins import MarginTable
-from lm_eval_robust.metrics.ties import pred_shares
-from lm_eval_robust.report.pairing import PairedTask, Run, TaskRun, pair_runs
+from lm_eval_robust.stats.certificates import CertConfig, Certification, certify
+from lm_eval_robust.stats.classification import majority_share
+from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.values.pairing import PairedTask, Run, TaskRun, pair_runs
+from lm_eval_robust.values.ties import pred_shares
 
 __all__ = [
     "LABELS",

@@ -2,7 +2,7 @@
 
 Each run (an ``lm_eval --output_path OUT --log_samples`` folder) is one model. For every task of a
 run, and for the mean over the tasks of each perturbation kind, the table gives the measures of
-:mod:`lm_eval_robust.metrics.robustness` with clustered BCa intervals (examples resampled with all
+:mod:`lm_eval_robust.stats.robustness` with clustered BCa intervals (examples resampled with all
 their variants, ``n_resamples`` times):
 
 * per task: the task's own bootstrap;
@@ -20,12 +20,12 @@ renders the three; :mod:`~lm_eval_robust.report.leaderboard_html` the page).
 Beside the measures, every row carries what a reader needs to take them at their word:
 
 * the spread, best and worst variant against their permutation null
-  (:mod:`lm_eval_robust.metrics.spread_null`: variant labels permuted within examples, the same
+  (:mod:`lm_eval_robust.stats.spread_null`: variant labels permuted within examples, the same
   size), with a p-value; a spread whose p-value is 0.05 or more is marked as within noise;
 * the certified share from the finite-sample certificate
-  (:mod:`lm_eval_robust.metrics.exact_cert`), n/a with the K it needs below that K, and the
+  (:mod:`lm_eval_robust.stats.exact_cert`), n/a with the K it needs below that K, and the
   paper's plug-in p_C labelled with its K, both averaged over repeated estimation/held-back
-  splits with their held-back check (:mod:`lm_eval_robust.metrics.cert_splits`);
+  splits with their held-back check (:mod:`lm_eval_robust.stats.cert_splits`);
 * and, over the models, paired differences on shared examples with Holm's rule and rank
   intervals (:mod:`lm_eval_robust.report.compare`).
 
@@ -44,18 +44,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lm_eval_robust.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.bootstrap import bca_interval, jackknife_weights, resample_weights
-from lm_eval_robust.metrics.cert_splits import (
-    RULES,
-    RuleSummary,
-    SplitFlags,
-    split_flags,
-    summarize,
-)
-from lm_eval_robust.metrics.margins import MarginTable
-from lm_eval_robust.metrics.robustness import (
+from lm_eval_robust.base.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.report.compare import Comparison, compare_models
+from lm_eval_robust.stats.bootstrap import bca_interval, jackknife_weights, resample_weights
+from lm_eval_robust.stats.cert_splits import RULES, RuleSummary, SplitFlags, split_flags, summarize
+from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.stats.robustness import (
     BOOTSTRAP_STATS,
     Replicates,
     RobustTable,
@@ -63,10 +58,9 @@ from lm_eval_robust.metrics.robustness import (
     table_of,
     variant_bac,
 )
-from lm_eval_robust.metrics.spread_null import SpreadNull, mean_null, spread_null
-from lm_eval_robust.report.compare import Comparison, compare_models
-from lm_eval_robust.report.pairing import PROTOCOL_KEYS, Run, StockValues, protocol_settings
-from lm_eval_robust.wrap.metrics import STOCK_STATS, StockTable
+from lm_eval_robust.stats.spread_null import SpreadNull, mean_null, spread_null
+from lm_eval_robust.stats.wrap_metrics import STOCK_STATS, StockTable
+from lm_eval_robust.values.pairing import PROTOCOL_KEYS, Run, StockValues, protocol_settings
 
 __all__ = [
     "COLUMNS",
@@ -221,7 +215,7 @@ def _base_task(task: str) -> str:
     """``ni065_format_lb`` / ``ni065_format_pert`` -> ``ni065``; a wrapped stock task
     (``<task>_robust_text``) -> ``<task>``. A split other than the test split keeps its name
     (``ni065_holdout``, ``<task>_holdout``): its examples are other ones, not the same task."""
-    from lm_eval_robust.wrap.names import parse
+    from lm_eval_robust.tasks.wrap.names import parse
 
     variant = parse(task)
     if variant is not None:

@@ -12,8 +12,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lm_eval_robust.metrics.cert_splits import RuleSummary
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS
 from lm_eval_robust.report.compare import MEASURES, Comparison
 from lm_eval_robust.report.leaderboard import (
     COLUMNS,
@@ -26,7 +24,9 @@ from lm_eval_robust.report.leaderboard import (
     within_noise,
 )
 from lm_eval_robust.report.markdown import markdown_table
-from lm_eval_robust.wrap.metrics import STOCK_STATS
+from lm_eval_robust.stats.cert_splits import RuleSummary
+from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS
+from lm_eval_robust.stats.wrap_metrics import STOCK_STATS
 
 __all__ = ["to_csv", "to_json", "to_markdown"]
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from lm_eval_robust.metrics.bootstrap import bac_from_counts
-from lm_eval_robust.metrics.margins import MarginTable
 from lm_eval_robust.report.markdown import markdown_table
+from lm_eval_robust.stats.bootstrap import bac_from_counts
+from lm_eval_robust.stats.margins import MarginTable
 
 __all__ = [
     "PlanRow",

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.metrics.certificate_checks import Verification
 from lm_eval_robust.report.cert_report import render as render_cert_rows
 from lm_eval_robust.report.estimates import (
     LABELS,
@@ -27,6 +26,7 @@ from lm_eval_robust.report.estimates import (
 )
 from lm_eval_robust.report.markdown import FIT_LABELS, FIT_STATS, markdown_table
 from lm_eval_robust.report.summary import summary_markdown
+from lm_eval_robust.stats.certificate_checks import Verification
 
 __all__ = ["to_csv", "to_json", "to_markdown"]
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.metrics.bootstrap import resample_weights
-from lm_eval_robust.metrics.classification import ll_matrix
-from lm_eval_robust.metrics.robustness import BOOTSTRAP_STATS, RobustTable, statistics
+from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.report.markdown import markdown_table
-from lm_eval_robust.report.pairing import TaskRun
+from lm_eval_robust.stats.bootstrap import resample_weights
+from lm_eval_robust.stats.classification import ll_matrix
+from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS, RobustTable, statistics
+from lm_eval_robust.values.pairing import TaskRun
 
 __all__ = ["DebiasResult", "batch_offset", "debias_task", "to_markdown"]
 

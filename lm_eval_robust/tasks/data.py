@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.offline_models import cache_dir
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.base.offline_models import cache_dir
 
 ENV_VAR = "LM_EVAL_ROBUST_DATA_DIR"
 NI_URL = "https://raw.githubusercontent.com/allenai/natural-instructions/master/tasks/{name}.json"
@@ -74,7 +74,7 @@ def _download(url: str, target: Path) -> None:
             f"could not download {url} ({exc}); point at a local copy with "
             f"--metadata data_dir=DIR or {ENV_VAR}=DIR"
         ) from None
-    from lm_eval_robust.atomic import write_file
+    from lm_eval_robust.base.atomic import write_file
 
     write_file(payload, target, "the downloaded task file", DataError)
 
@@ -98,7 +98,7 @@ def load_ni_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> d
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    from lm_eval_robust.validate import read_bytes
+    from lm_eval_robust.base.validate import read_bytes
 
     fix = "make it readable or point data_dir at another copy"
     raw = read_bytes(path, "task file", fix, DataError)

@@ -21,12 +21,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from lm_eval_robust.harness_names import (
-    NI_METRICS_CLEAN,
-    NI_METRICS_PERT,
-    harness,
-)
-from lm_eval_robust.perturb.format import (
+from lm_eval_robust.base.harness_names import NI_METRICS_CLEAN, NI_METRICS_PERT, harness
+from lm_eval_robust.base.validate import check_doc_budget
+from lm_eval_robust.tasks.data import load_ni_task
+from lm_eval_robust.tasks.perturb.format import (
     Enumeration,
     Format,
     Node,
@@ -36,13 +34,11 @@ from lm_eval_robust.perturb.format import (
     sample_formats,
     split_formats,
 )
-from lm_eval_robust.perturb.rng import derive_seed, seeded_rng
-from lm_eval_robust.perturb.segments import Segment, join
-from lm_eval_robust.perturb.text import TextPerturbConfig, perturb_segments
-from lm_eval_robust.tasks.data import load_ni_task
+from lm_eval_robust.tasks.perturb.rng import derive_seed, seeded_rng
+from lm_eval_robust.tasks.perturb.segments import Segment, join
+from lm_eval_robust.tasks.perturb.text import TextPerturbConfig, perturb_segments
 from lm_eval_robust.tasks.settings import NIConfig, TaskConfigError
 from lm_eval_robust.tasks.specs import TaskSpec, Values, get_spec
-from lm_eval_robust.validate import check_doc_budget
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +380,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
         "margin": margin,
         "ll": lls,
         # the format (format perturbations) or text-perturbation kind of the doc: per-variant
-        # accuracy and its spread (metrics.robustness)
+        # accuracy and its spread (stats.robustness)
         "variant": str(doc["format_id"] if doc["kind"] == "format" else doc["pert_kind"]),
     }
     keys = _KEYS_CLEAN if doc["kind"] == "clean" else _KEYS_PERT
@@ -392,7 +388,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 
 
 #: the short names of a clean and of a perturbed task's metrics (the list is in
-#: :mod:`lm_eval_robust.harness_names`; ``process_results`` keys them by their harness names)
+#: :mod:`lm_eval_robust.base.harness_names`; ``process_results`` keys them by their harness names)
 METRICS_CLEAN: tuple[str, ...] = NI_METRICS_CLEAN
 METRICS_PERT: tuple[str, ...] = NI_METRICS_PERT
 _KEYS_CLEAN = tuple(harness(m) for m in METRICS_CLEAN)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.perturb.text import TEXT_PERTURBATIONS
-from lm_eval_robust.validate import model_arg_names, nearest
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.base.validate import model_arg_names, nearest
+from lm_eval_robust.tasks.perturb.text import TEXT_PERTURBATIONS
 
 
 def metadata_int(
@@ -213,7 +213,8 @@ HARNESS_KEYS = ("version", "config_source", "config", "_metadata", "num_fewshot"
 def task_setting_names() -> set[str]:
     """Every ``--metadata`` key of our task families (NI and generation)."""
     names = {f.name for f in fields(NIConfig)} | {f.name for f in fields(GenConfig)}
-    # local_data: a folder of local dataset copies for any task (lm_eval_robust.wrap.local_data)
+    # local_data: a folder of local dataset copies for any task
+    # (lm_eval_robust.tasks.wrap.local_data)
     return (names - {"extra", "split_fractions"}) | {"local_data"}
 
 

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lm_eval_robust.errors import UserError
-from lm_eval_robust.perturb.format import (
+from lm_eval_robust.base.errors import UserError
+from lm_eval_robust.tasks.perturb.format import (
     Answer,
     Enumeration,
     EnumFormat,

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from test_certify import _linear_world
 
-import lm_eval_robust.metrics.certificates as ct
-from lm_eval_robust.metrics.certificates import CertConfig
+import lm_eval_robust.stats.certificates as ct
+from lm_eval_robust.stats.certificates import CertConfig
 
 PHI = 0.2  # 3 classes: phi_j = 0.1 > eps_B = 1/21
 print(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gemma-3-270m on all 10 NI tasks x {format, text}: base run on the test split with features,
 # corrections fitted on train features, each replayed on the base run (exact for label-logit
-# corrections: see lm_eval_robust/replay.py and tests/test_replay.py), then the paired report.
+# corrections: see lm_eval_robust/report/replay.py and tests/test_replay.py), then the paired report.
 # Settings: 40 examples per task (20 train / 14 test / 6 hold-out: what a 2-core CPU shared with
 # other work finishes in about half an hour); K = 20 perturbations per test example (enough for
 # binary-task certificates: eps_B = 1/(n+1) < phi needs K >= 19), K = 5 per train example; text perturbations in the query only (text_scope=query) so the

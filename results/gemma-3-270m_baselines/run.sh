@@ -5,7 +5,7 @@
 # Settings of ../gemma-3-270m_all10/run.sh (40 examples per task: 20 train / 14 test / 6 hold-out;
 # K = 20 perturbations per test example, K = 5 per train example; text perturbations in the query
 # only; shared-prefix cache on, bf16, batch 16) and its method: two real test runs (base, LoRA)
-# with features, every label-logit correction replayed exactly on them (lm_eval_robust/replay.py,
+# with features, every label-logit correction replayed exactly on them (lm_eval_robust/report/replay.py,
 # tests/test_replay.py). The base test run and train features are made here for this task: the
 # all10 run (same settings and code) had not reached them in the time this CPU allowed.
 # Task: ni065 with format perturbations (the paper's Figure 7 setting: LoRA for format

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_robust.correction import load
-from lm_eval_robust.fit.features import load_features
-from lm_eval_robust.metrics.classification import balanced_accuracy
+from lm_eval_robust.scoring.correction import load
+from lm_eval_robust.stats.classification import balanced_accuracy
+from lm_eval_robust.values.features import load_features
 
 HERE = Path(__file__).resolve().parent
 

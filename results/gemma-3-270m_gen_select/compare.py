@@ -4,7 +4,7 @@ Per task: the (k, λ) each selection chose, the generation-score CV table of the
 prompts (the squared-error choice marked), and on the test split the exact match of the base
 model and of each correction, clean and perturbed, with paired differences and their 95 %
 clustered BCa intervals (examples resampled with both of their prompts and every run's answers:
-``lm_eval_robust.metrics.bootstrap``, 10 000 resamples, seed 0).
+``lm_eval_robust.stats.bootstrap``, 10 000 resamples, seed 0).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_robust.generation.fit import load_layer_correction
-from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.scoring.generation.fit import load_layer_correction
+from lm_eval_robust.stats.bootstrap import cluster_bootstrap_ci, linear_stat
 
 TASKS = ("triviaqa", "nq_open")
 LABELS = ("base", "mse", "generation")

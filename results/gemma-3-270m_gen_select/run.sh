@@ -30,7 +30,7 @@ for T in triviaqa nq_open; do
   for label in base mse generation; do
     [ -d "$OUT/runs/${label}_$T" ] && continue
     if [ "$label" = generation ] && python -c "
-import sys; from lm_eval_robust.generation.fit import load_layer_correction as l
+import sys; from lm_eval_robust.scoring.generation.fit import load_layer_correction as l
 sys.exit(l(sys.argv[1]).stats['generation_selection']['chosen'] != 'none')
 " "$OUT/corrections/generation/$task.safetensors"; then
       echo "$task: no correction chosen (identity file): its test run is the base run"; continue

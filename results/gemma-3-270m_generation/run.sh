@@ -49,4 +49,4 @@ for pos in generated all; do
   ev "L4-$pos" qa "$QA_TASKS" "$QA" 16 48 ",layer_correction=$OUT/corrections/L4,layer_positions=$pos"
 done
 
-python -m lm_eval_robust.generation.table "$OUT" | tee "$OUT/table.md"
+python -m lm_eval_robust.report.generation.table "$OUT" | tee "$OUT/table.md"

@@ -1,7 +1,7 @@
 """Print the ni_leaderboard tasks whose labels MODEL can score (comma list); name the rest on stderr.
 
 debiased_hf refuses a task whose labels do not differ in one token for the model's tokenizer
-(lm_eval_robust.heads.check_label_tokens); lm_eval then stops the whole run. This applies the same
+(lm_eval_robust.scoring.heads.check_label_tokens); lm_eval then stops the whole run. This applies the same
 check to every doc of every preset task first, so one run covers the tasks the model can score.
 usage: python scorable.py MODEL_ALIAS METADATA_JSON
 """
@@ -13,12 +13,12 @@ import sys
 
 from transformers import AutoTokenizer
 
-from lm_eval_robust.heads import LabelTokenError, check_label_tokens
-from lm_eval_robust.offline_models import resolve_pretrained
+from lm_eval_robust.base.offline_models import resolve_pretrained
+from lm_eval_robust.requests.ni_yamls import LEADERBOARD_SETTINGS
+from lm_eval_robust.scoring.heads import LabelTokenError, check_label_tokens
 from lm_eval_robust.tasks.ni import build_docs
 from lm_eval_robust.tasks.settings import NIConfig
 from lm_eval_robust.tasks.specs import TASK_ORDER
-from lm_eval_robust.tasks.yamls import LEADERBOARD_SETTINGS
 
 
 def main() -> None:

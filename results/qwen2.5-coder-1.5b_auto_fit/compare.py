@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_robust.correction import load
 from lm_eval_robust.report.estimates import ReportSettings, summarize_pair
-from lm_eval_robust.report.pairing import load_run, pair_runs
+from lm_eval_robust.scoring.correction import load
+from lm_eval_robust.values.pairing import load_run, pair_runs
 
 HERE = Path(__file__).resolve().parent
 TARGETS = (

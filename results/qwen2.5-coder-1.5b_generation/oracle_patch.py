@@ -30,12 +30,12 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lm_eval_robust.generation.layers import decoder_layers
-from lm_eval_robust.generation.metrics import cut_at_stop, score_generation
-from lm_eval_robust.generation.sweep import read_run
-from lm_eval_robust.generation.tasks import build_docs, get_task
-from lm_eval_robust.metrics.bootstrap import cluster_bootstrap_ci, linear_stat
-from lm_eval_robust.offline_models import resolve_pretrained
+from lm_eval_robust.base.offline_models import resolve_pretrained
+from lm_eval_robust.report.generation.sweep import read_run
+from lm_eval_robust.scoring.generation.layers import decoder_layers
+from lm_eval_robust.stats.bootstrap import cluster_bootstrap_ci, linear_stat
+from lm_eval_robust.tasks.generation.metrics import cut_at_stop, score_generation
+from lm_eval_robust.tasks.generation.tasks import build_docs, get_task
 from lm_eval_robust.tasks.settings import GenConfig
 
 HERE = Path(__file__).parent

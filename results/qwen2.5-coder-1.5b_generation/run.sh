@@ -38,4 +38,4 @@ fit triviaqa_text_pert
 for L in $LAYERS; do ev "L${L}_triviaqa" robust_triviaqa_text_pert ",layer_correction=$OUT/corrections/L$L"; done
 fit nq_open_text_pert
 for L in $LAYERS; do ev "L${L}_nq_open" robust_nq_open_text_pert ",layer_correction=$OUT/corrections/L$L"; done
-python -m lm_eval_robust.generation.sweep "$OUT"
+python -m lm_eval_robust.report.generation.sweep "$OUT"

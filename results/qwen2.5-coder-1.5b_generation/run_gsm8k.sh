@@ -16,4 +16,4 @@ lm_eval --model debiased_hf --model_args pretrained=qwen2.5-coder-1.5b-instruct,
   --tasks robust_gsm8k_text_pert --metadata "$META" --batch_size 16 --log_samples \
   --output_path "$OUT/runs/base_gsm8k"
 echo "== base_gsm8k end $(date -u +%T)"
-python -m lm_eval_robust.generation.sweep "$OUT"
+python -m lm_eval_robust.report.generation.sweep "$OUT"

@@ -47,4 +47,4 @@ if [ ! -f "$OUT/corrections_gen/L14/$TASK.safetensors" ]; then
   echo "== fit gen end $(date -u +%T)"
 fi
 ev L14-gen_triviaqa "$OUT/corrections_gen/L14"
-python -m lm_eval_robust.generation.sweep "$OUT"
+python -m lm_eval_robust.report.generation.sweep "$OUT"

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_robust.metrics.cert_splits import split_flags, summarize
-from lm_eval_robust.metrics.certificates import CertConfig, certify
-from lm_eval_robust.metrics.margins import MarginTable
-from lm_eval_robust.metrics.spread_null import spread_null
-from lm_eval_robust.report.pairing import load_run
+from lm_eval_robust.stats.cert_splits import split_flags, summarize
+from lm_eval_robust.stats.certificates import CertConfig, certify
+from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.stats.spread_null import spread_null
+from lm_eval_robust.values.pairing import load_run
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent

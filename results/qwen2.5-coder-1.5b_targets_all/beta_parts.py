@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_eval_robust.correction import load
-from lm_eval_robust.debias import apply_correction
-from lm_eval_robust.fit.features import load_features
-from lm_eval_robust.metrics.classification import balanced_accuracy
+from lm_eval_robust.scoring.correction import load
+from lm_eval_robust.scoring.debias import apply_correction
+from lm_eval_robust.stats.classification import balanced_accuracy
+from lm_eval_robust.values.features import load_features
 
 HERE = Path(__file__).parent
 
