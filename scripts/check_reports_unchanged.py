@@ -160,6 +160,20 @@ def _table_checks() -> list[Check]:
     lb_files = sorted(
         p for p in (lb / "table").iterdir() if p.is_file() and p.name != "leaderboard_page.png"
     )
+    # the wrapped BIG-bench tasks' leaderboards (results/wrap_bigbench/README.md)
+    wrap = []
+    for task in ("navigate", "sports_understanding"):
+        w = RESULTS / "wrap_bigbench" / task
+        argv = [*CLI, "leaderboard", *[f"runs/{r}" for r in lb_runs], "-o", "{out}/lb", "--quiet"]
+        files = sorted(p for p in (w / "leaderboard").iterdir() if p.is_file())
+        wrap.append(
+            Check(
+                f"wrap_bigbench/{task}/leaderboard",
+                w,
+                argv,
+                {f"{{out}}/lb/{p.name}": p for p in files},
+            )
+        )
     gen = RESULTS / "qwen2.5-coder-1.5b_generation"
     auto = RESULTS / "qwen2.5-coder-1.5b_auto_fit"
     gsel = RESULTS / "gemma-3-270m_gen_select"
@@ -199,6 +213,7 @@ def _table_checks() -> list[Check]:
             {},
             deb / "table.md",
         ),
+        *wrap,
     ]
 
 

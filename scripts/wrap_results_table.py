@@ -1,7 +1,7 @@
 """The stock metric of wrapped runs, one row per model and task: clean, perturbed, drop (± the
 clustered stderr lm-eval wrote), beside BAC and the majority share of the clean predictions.
 
-    python scripts/wrap_results_table.py results/wrap_bigbench/runs/* > table.md
+    python scripts/wrap_results_table.py results/wrap_bigbench/navigate/runs/* > table.md
 """
 
 from __future__ import annotations

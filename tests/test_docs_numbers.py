@@ -641,7 +641,8 @@ def _wrap_pilot() -> list[str]:
             for r in rows["rows"]
         }
         assert cells == {(1.0, 0.5)}, cells  # every model at chance, one answer for every prompt
-        (acc[name],) = {r["metrics"]["acc_clean"]["value"] for r in rows["rows"]}
+        # lm-eval's own acc: the leaderboard's stock-metric column, from the logged values
+        (acc[name],) = {r["stock"]["acc"]["metrics"]["clean"]["value"] for r in rows["rows"]}
     return [
         "(majority share 100 %, clean BAC 50 %; lm-eval's own `acc`, "
         f"{100 * acc['navigate']:.0f} % on navigate and {100 * acc['sports_understanding']:.0f} % "

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "One row per model over runs of several models (lm_eval --output_path OUT "
         "--log_samples, one folder per model): clean, perturbed and worst-case BAC, δ_drop, "
         "per-format best/median/worst/spread, consistency, certified and tied shares, each with "
-        "a clustered BCa interval.",
+        "a clustered BCa interval; for wrapped stock tasks (<task>_robust_text), first the "
+        "task's own metric (acc, exact_match): clean, perturbed, drop, worst case.",
         f"{PROG} leaderboard runs/gemma runs/qwen --labels gemma,qwen -o leaderboard/",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="one run folder per model")
@@ -73,7 +74,7 @@ def run_leaderboard(args: argparse.Namespace) -> str:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     refuse_overwrite(args.out, "-o", run_inputs(args.runs))
     check_replaceable(args.out, "-o", "leaderboard", LEADERBOARD_FILES)
-    runs = label_runs(args.runs, labels)
+    runs = label_runs(args.runs, labels, stock_only=True)
     if args.splits < 1 or args.permutations < 1:
         raise UserError("--splits and --permutations must be >= 1")
     if not (0 < args.phi < 1 and 0 < args.alpha < 1):

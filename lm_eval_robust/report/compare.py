@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -113,8 +114,19 @@ class Comparison:
     n_resamples: int
 
 
+#: a table's statistics under cluster weights ``[b, E]`` -> ``[b, S]``
+StatsFn = Callable[[Any, np.ndarray], np.ndarray]
+#: a table's examples ``ids``, in that order
+SubsetFn = Callable[[Any, Sequence[str]], Any]
+
+
 def _pair_replicates(
-    a: RobustTable, b: RobustTable, cols: list[int], n_resamples: int, seed: int
+    a: Any,
+    b: Any,
+    cols: list[int],
+    n_resamples: int,
+    seed: int,
+    statistics: StatsFn = statistics,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     e = a.n_examples
     est = statistics(a, np.ones((1, e)))[0, cols] - statistics(b, np.ones((1, e)))[0, cols]
@@ -167,15 +179,23 @@ def _p_two_sided(boot: np.ndarray, est: float) -> float:
 
 
 def compare_models(
-    tables: Mapping[tuple[str, str], Mapping[str, RobustTable]],
+    tables: Mapping[tuple[str, str], Mapping[str, Any]],
     models: Sequence[str],
     n_resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    measures: Mapping[str, int] | None = None,
+    stats: StatsFn = statistics,
+    subset: SubsetFn = subset_table,
 ) -> Comparison:
-    """``tables[(model, kind)][base_task]``: each model's tables per kind and task."""
+    """``tables[(model, kind)][base_task]``: each model's tables per kind and task.
+
+    By default the tables are :class:`RobustTable` and the measures :data:`MEASURES`; other
+    tables (a stock metric's) come with their ``measures`` (name -> column of ``stats``), their
+    ``stats`` and their ``subset``; they need ``n_examples`` and ``example_ids``."""
     level = 1.0 - confidence
-    cols = [BOOTSTRAP_STATS.index(m) for m in MEASURES]
+    index = dict(measures) if measures is not None else MEASURES_INDEX
+    cols = list(index.values())
     kinds = sorted({k for _, k in tables})
     pairs: list[PairDiff] = []
     ranks: list[RankInterval] = []
@@ -194,11 +214,12 @@ def compare_models(
                 n_ex += len(ids)
                 reps.append(
                     _pair_replicates(
-                        subset_table(ta[task], ids),
-                        subset_table(tb[task], ids),
+                        subset(ta[task], ids),
+                        subset(tb[task], ids),
                         cols,
                         n_resamples,
                         seed + 1000 * t_i,
+                        stats,
                     )
                 )
             if not reps:
@@ -206,7 +227,7 @@ def compare_models(
             est, boot, jack = _mean_over_tasks(reps)
             low, high, _ = bca_interval(est, boot, jack, confidence)
             raw.append((ma, mb, len(reps), n_ex, est, np.vstack([low, high]), boot))
-        for j, measure in enumerate(MEASURES):
+        for j, measure in enumerate(index):
             ps = [_p_two_sided(r[6][:, j], float(r[4][j])) for r in raw]
             adj = holm(ps)
             better: dict[str, int] = {m: 0 for m in present}
@@ -235,7 +256,7 @@ def compare_models(
                     win, lose = (r[0], r[1]) if d > 0 else (r[1], r[0])
                     better[lose] += 1
                     worse[win] += 1
-            values = _model_values(tables, present, kind, MEASURES_INDEX[measure])
+            values = _model_values(tables, present, kind, index[measure], stats)
             order = sorted(
                 present, key=lambda m: -values[m] if math.isfinite(values[m]) else math.inf
             )
@@ -259,10 +280,11 @@ MEASURES_INDEX = {m: BOOTSTRAP_STATS.index(m) for m in MEASURES}
 
 
 def _model_values(
-    tables: Mapping[tuple[str, str], Mapping[str, RobustTable]],
+    tables: Mapping[tuple[str, str], Mapping[str, Any]],
     models: Sequence[str],
     kind: str,
     col: int,
+    statistics: StatsFn = statistics,
 ) -> dict[str, float]:
     """Each model's mean over the tasks all ``models`` ran (the point the ranks order)."""
     common = set.intersection(*(set(tables[(m, kind)]) for m in models))

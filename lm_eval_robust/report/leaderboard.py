@@ -28,6 +28,12 @@ Beside the measures, every row carries what a reader needs to take them at their
   splits with their held-back check (:mod:`lm_eval_robust.stats.cert_splits`);
 * and, over the models, paired differences on shared examples with Holm's rule and rank
   intervals (:mod:`lm_eval_robust.report.compare`).
+
+A wrapped stock lm-eval task (``<task>_robust_format`` / ``_robust_text``) also carries its own
+per-doc metric (``acc`` for BIG-bench, MMLU, ARC; ``exact_match`` for GSM8K): its rows get that
+metric's clean and perturbed score, drop and worst case (:data:`STOCK_COLUMNS`), from the logged
+per-prompt values with the same clustered BCa intervals, and the mean rows average them over the
+tasks of the same metric only (:attr:`LeaderboardRow.stock`, keyed by the metric's label).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import numpy as np
 from lm_eval_robust.base.defaults import DEFAULT_CERT_PHI, DEFAULT_RESAMPLES
 from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.report.compare import Comparison, compare_models
-from lm_eval_robust.stats.bootstrap import bca_interval
+from lm_eval_robust.stats.bootstrap import bca_interval, jackknife_weights, resample_weights
 from lm_eval_robust.stats.cert_splits import RULES, RuleSummary, SplitFlags, split_flags, summarize
 from lm_eval_robust.stats.margins import MarginTable
 from lm_eval_robust.stats.robustness import (
@@ -53,13 +59,17 @@ from lm_eval_robust.stats.robustness import (
     variant_bac,
 )
 from lm_eval_robust.stats.spread_null import SpreadNull, mean_null, spread_null
-from lm_eval_robust.values.pairing import PROTOCOL_KEYS, Run, protocol_settings
+from lm_eval_robust.stats.wrap_metrics import STOCK_STATS, StockTable
+from lm_eval_robust.values.pairing import PROTOCOL_KEYS, Run, StockValues, protocol_settings
 
 __all__ = [
     "COLUMNS",
+    "STOCK_COLUMNS",
+    "STOCK_MEASURES",
     "Cell",
     "Leaderboard",
     "LeaderboardRow",
+    "StockCells",
     "build_leaderboard",
     "within_noise",
 ]
@@ -82,6 +92,20 @@ COLUMNS: dict[str, str] = {
 }
 
 
+#: the statistics of a stock task's own metric the tables show, with their header after the
+#: metric's name (``acc clean``); the CSV and JSON carry every one of :data:`STOCK_STATS`
+STOCK_COLUMNS: dict[str, str] = {
+    "clean": "clean",
+    "pert": "perturbed",
+    "drop": "drop",
+    "worst": "worst-case",
+}
+
+
+#: the stock metric's statistics the paired model comparison tests (higher is more robust)
+STOCK_MEASURES: dict[str, str] = {"drop": "drop", "worst": "worst-case"}
+
+
 class LeaderboardError(UserError):
     """Runs that cannot make one leaderboard; the message names the problem and the fix."""
 
@@ -100,6 +124,23 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class StockCells:
+    """A stock task's own metric in one row: the first metric lm-eval lists for the task
+    (``listed``: all it reports), its statistics (:data:`STOCK_STATS`) and, in a mean row, the
+    number of tasks of that metric it averages."""
+
+    metric: str
+    filter: str
+    listed: tuple[str, ...]
+    n_tasks: int
+    cells: Mapping[str, Cell]
+
+    @property
+    def label(self) -> str:
+        return self.metric if self.filter == "none" else f"{self.metric} ({self.filter})"
+
+
+@dataclass(frozen=True)
 class LeaderboardRow:
     model: str
     kind: str
@@ -111,6 +152,7 @@ class LeaderboardRow:
     variants: Mapping[str, float] = field(default_factory=dict)  # per-variant BAC (tasks only)
     spread: SpreadNull | None = None  # permutation null of best/worst/median/spread
     certs: Mapping[str, RuleSummary] = field(default_factory=dict)  # rule -> rate and check
+    stock: Mapping[str, StockCells] = field(default_factory=dict)  # metric label -> its cells
 
 
 @dataclass(frozen=True)
@@ -127,12 +169,33 @@ class Leaderboard:
     alpha: float = 0.05
     n_splits: int = 50
     n_permutations: int = 2000
+    #: per stock metric label, the paired model comparison of :data:`STOCK_MEASURES`
+    stock_comparison: Mapping[str, Comparison] = field(default_factory=dict)
 
     def row(self, model: str, kind: str, task: str = MEAN) -> LeaderboardRow | None:
         for r in self.rows:
             if (r.model, r.kind, r.task) == (model, kind, task):
                 return r
         return None
+
+    def stock_labels(self, kind: str | None = None) -> tuple[str, ...]:
+        """The stock metrics' labels of the rows (of one kind), in order of first appearance."""
+        seen = dict.fromkeys(
+            label for r in self.rows if kind is None or r.kind == kind for label in r.stock
+        )
+        return tuple(seen)
+
+    def stock_listed(self) -> dict[str, tuple[str, ...]]:
+        """Per task reporting several stock metrics, all of them in lm-eval's order (the
+        tables show the first)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for r in self.rows:
+            if r.task == MEAN:
+                continue
+            for sc in r.stock.values():
+                if len(sc.listed) > 1:
+                    out[r.task] = sc.listed
+        return dict(sorted(out.items()))
 
     def mean_certificates(self) -> Iterator[tuple[str, str, RuleSummary]]:
         """``(kind, model, summary)`` of every certificate rule of the mean rows, in the order
@@ -180,6 +243,32 @@ def _cells(rep: Replicates, confidence: float) -> dict[str, Cell]:
         lo, hi = (math.nan, math.nan) if degenerate else (float(low[i]), float(high[i]))
         out[name] = Cell(float(rep.estimate[i]), lo, hi)
     return out
+
+
+def _no_cells() -> dict[str, Cell]:
+    """The BAC measures of a task without label scores: undefined."""
+    return {name: Cell(math.nan, math.nan, math.nan) for name in BOOTSTRAP_STATS}
+
+
+def _stock_replicates(t: StockTable, n_resamples: int, seed: int) -> Replicates:
+    """Clustered bootstrap and jackknife of a stock metric's statistics (:data:`STOCK_STATS`),
+    examples resampled with all their prompts, as :func:`replicates` does for BAC."""
+    e = t.n_examples
+    est = t.statistics(np.ones((1, e)))[0]
+    if e < 2:
+        nan = np.full((0, len(STOCK_STATS)), np.nan)
+        return Replicates(STOCK_STATS, est, nan, nan)
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate(
+        [t.statistics(w) for w in resample_weights(e, n_resamples, rng, max_elements=1 << 18)]
+    )
+    jack = np.concatenate([t.statistics(w) for w in jackknife_weights(e, max_elements=1 << 18)])
+    return Replicates(STOCK_STATS, est, boot, jack)
+
+
+def stock_table(sv: StockValues) -> StockTable:
+    """The per-example sums of a task's stock metric."""
+    return StockTable.from_items(sv.item_list(), sv.higher_is_better)
 
 
 def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray]:
@@ -232,6 +321,11 @@ def build_leaderboard(
     kinds_seen: list[str] = []
     per_model: dict[tuple[str, str], list[tuple[str, Replicates, RobustTable]]] = {}
     extras: dict[tuple[str, str], tuple[SpreadNull, dict[str, SplitFlags]]] = {}
+    stock_reps: dict[tuple[str, str], tuple[StockValues, Replicates, StockTable]] = {}
+    #: (model, kind) -> the tasks with a stock metric (wrapped multiple-choice and stock-only)
+    stock_tasks: dict[tuple[str, str], list[str]] = {}
+    #: (model, kind) -> wrapped tasks with the stock metric only (generate_until)
+    only_stock: dict[tuple[str, str], list[str]] = {}
     n_boot = min(n_resamples, 2000)
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
@@ -255,6 +349,16 @@ def build_leaderboard(
             )
             extras[(run.label, task)] = (null, flags)
             certs = {r: summarize([f], phi, n_boot, confidence, seed + i) for r, f in flags.items()}
+            stock: dict[str, StockCells] = {}
+            if tr.stock is not None:
+                st = stock_table(tr.stock)
+                srep = _stock_replicates(st, n_resamples, seed + i)
+                stock_reps[(run.label, task)] = (tr.stock, srep, st)
+                sv = tr.stock
+                stock[sv.label] = StockCells(
+                    sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
+                )
+                stock_tasks.setdefault((run.label, kind), []).append(task)
             rows.append(
                 LeaderboardRow(
                     model=run.label,
@@ -267,46 +371,120 @@ def build_leaderboard(
                     variants=variant_bac(items),
                     spread=null,
                     certs=certs,
+                    stock=stock,
                 )
             )
         for kind, entries in by_kind.items():
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
             per_model[(run.label, kind)] = entries
+        for j, task in enumerate(sorted(run.stock_only)):
+            tr = run.stock_only[task]
+            if tr.stock is None or tr.kind in ("", "clean"):
+                notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
+                continue
+            meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
+            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
+            st = stock_table(tr.stock)
+            srep = _stock_replicates(st, n_resamples, seed + len(run.tasks) + j)
+            stock_reps[(run.label, task)] = (tr.stock, srep, st)
+            stock_tasks.setdefault((run.label, tr.kind), []).append(task)
+            only_stock.setdefault((run.label, tr.kind), []).append(task)
+            if tr.kind not in kinds_seen:
+                kinds_seen.append(tr.kind)
+            sv = tr.stock
+            rows.append(
+                LeaderboardRow(
+                    model=run.label,
+                    kind=tr.kind,
+                    task=task,
+                    n_examples=st.n_examples,
+                    n_prompts=len(sv.items),
+                    n_tasks=1,
+                    cells=_no_cells(),
+                    stock={
+                        sv.label: StockCells(
+                            sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
+                        )
+                    },
+                )
+            )
     notes += _setting_notes(runs)
     # the mean of a kind is over the tasks every model ran, so the rows compare like with like
     for kind in kinds_seen:
         sets = {m: {_base_task(t) for t, _, _ in e} for (m, k), e in per_model.items() if k == kind}
-        common = set.intersection(*sets.values())
+        common = set.intersection(*sets.values()) if sets else set()
         for m, s in sets.items():
             if s - common:
                 notes.append(
                     f"{m}, {kind}: the mean leaves out {', '.join(sorted(s - common))}, which "
                     "not every model ran"
                 )
+        # wrapped tasks with their own metric only: the same rule over the models that ran any
+        only = {m: {_base_task(t) for t in ts} for (m, k), ts in only_stock.items() if k == kind}
+        everyone = len(only) == len(models)
+        only_common = set.intersection(*only.values()) if only and everyone else set()
+        for m, s in only.items():
+            if s - only_common:
+                notes.append(
+                    f"{m}, {kind}: the mean leaves out {', '.join(sorted(s - only_common))}, "
+                    "which not every model ran"
+                )
+        for model in [m for m in models if (m, kind) in only_stock and (m, kind) not in per_model]:
+            gen = [t for t in only_stock[(model, kind)] if _base_task(t) in only_common]
+            if not gen:
+                continue
+            mean_stock, more = _mean_stock(model, kind, gen, stock_reps, confidence)
+            notes += more
+            rows.append(
+                LeaderboardRow(
+                    model=model,
+                    kind=kind,
+                    task=MEAN,
+                    n_examples=sum(stock_reps[(model, t)][2].n_examples for t in gen),
+                    n_prompts=sum(len(stock_reps[(model, t)][0].items) for t in gen),
+                    n_tasks=len(gen),
+                    cells=_no_cells(),
+                    stock=mean_stock,
+                )
+            )
         for (model, k), entries in per_model.items():
             if k != kind:
                 continue
             kept = [e for e in entries if _base_task(e[0]) in common]
             if not kept:
                 continue
+            gen = [t for t in only_stock.get((model, kind), []) if _base_task(t) in only_common]
+            if gen:
+                notes.append(
+                    f"{model}, {kind}: the BAC columns average only the tasks scored by label "
+                    f"({len(kept)} of {len(kept) + len(gen)}); {', '.join(gen)}: the task's own "
+                    "metric only (no label scores)"
+                )
             mean_rep, n_ok = _mean_replicates([rep for _, rep, _ in kept])
             ext = [extras[(model, t)] for t, _, _ in kept]
             rules = sorted(set.intersection(*(set(f) for _, f in ext)))
             mean_certs = {
                 r: summarize([f[r] for _, f in ext], phi, n_boot, confidence, seed) for r in rules
             }
+            mean_stock, more = _mean_stock(
+                model, kind, [t for t, _, _ in kept] + gen, stock_reps, confidence
+            )
+            notes += more
             rows.append(
                 LeaderboardRow(
                     model=model,
                     kind=kind,
                     task=MEAN,
-                    n_examples=sum(t.n_examples for _, _, t in kept),
-                    n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept),
-                    n_tasks=len(kept),
+                    n_examples=sum(t.n_examples for _, _, t in kept)
+                    + sum(stock_reps[(model, t)][2].n_examples for t in gen),
+                    n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept)
+                    + sum(len(stock_reps[(model, t)][0].items) for t in gen),
+                    n_tasks=len(kept) + len(gen),
                     cells=_cells(mean_rep, confidence),
                     spread=mean_null([n for n, _ in ext]),
                     certs=mean_certs,
+                    stock=mean_stock,
                 )
             )
             short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]
@@ -325,6 +503,8 @@ def build_leaderboard(
         common_tables: dict[tuple[str, str], dict[str, RobustTable]] = {}
         for kind in kinds_seen:
             by_model = {m: ents for (m, k), ents in per_model.items() if k == kind}
+            if not by_model:
+                continue
             common = set.intersection(
                 *({_base_task(t) for t, _, _ in ents} for ents in by_model.values())
             )
@@ -333,6 +513,9 @@ def build_leaderboard(
                     _base_task(t): tab for t, _, tab in ents if _base_task(t) in common
                 }
         comparison = compare_models(common_tables, models, n_boot, confidence, seed)
+    stock_comparison = _compare_stock(
+        stock_tasks, stock_reps, models, kinds_seen, n_boot, confidence, seed
+    )
     return Leaderboard(
         rows=tuple(rows),
         models=tuple(models),
@@ -346,7 +529,96 @@ def build_leaderboard(
         alpha=alpha,
         n_splits=n_splits,
         n_permutations=n_permutations,
+        stock_comparison=stock_comparison,
     )
+
+
+def _compare_stock(
+    stock_tasks: Mapping[tuple[str, str], Sequence[str]],
+    stock_reps: Mapping[tuple[str, str], tuple[StockValues, Replicates, StockTable]],
+    models: Sequence[str],
+    kinds: Sequence[str],
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Comparison]:
+    """Per stock metric, paired model differences of its drop and worst case on shared
+    examples, mean over the tasks of that metric both models ran (as for BAC)."""
+    if len(models) < 2 or not stock_reps:
+        return {}
+    labels = dict.fromkeys(sv.label for sv, _, _ in stock_reps.values())
+    index = {m: STOCK_STATS.index(m) for m in STOCK_MEASURES}
+    out: dict[str, Comparison] = {}
+    for label in labels:
+        tables: dict[tuple[str, str], dict[str, StockTable]] = {}
+        for kind in kinds:
+            by_model = {m: ts for (m, k), ts in stock_tasks.items() if k == kind}
+            if len(by_model) < 2:
+                continue
+            common = set.intersection(*({_base_task(t) for t in ts} for ts in by_model.values()))
+            for m, ts in by_model.items():
+                mine = {
+                    _base_task(t): hit[2]
+                    for t in ts
+                    if (hit := stock_reps.get((m, t))) is not None
+                    and hit[0].label == label
+                    and _base_task(t) in common
+                }
+                if mine:
+                    tables[(m, kind)] = mine
+        if len({m for m, _ in tables}) > 1:
+            out[label] = compare_models(
+                tables,
+                models,
+                n_resamples,
+                confidence,
+                seed,
+                measures=index,
+                stats=StockTable.statistics,
+                subset=StockTable.subset,
+            )
+    return out
+
+
+def _mean_stock(
+    model: str,
+    kind: str,
+    tasks: Sequence[str],
+    stock_reps: Mapping[tuple[str, str], tuple[StockValues, Replicates, StockTable]],
+    confidence: float,
+) -> tuple[dict[str, StockCells], list[str]]:
+    """A mean row's stock metrics: per metric, the mean over the tasks of that metric only
+    (tasks resampled independently, as for BAC), and notes where that is not every task."""
+    by_label: dict[str, list[tuple[StockValues, Replicates]]] = {}
+    for t in tasks:
+        hit = stock_reps.get((model, t))
+        if hit is not None:
+            by_label.setdefault(hit[0].label, []).append((hit[0], hit[1]))
+    out: dict[str, StockCells] = {}
+    notes: list[str] = []
+    for label, entries in by_label.items():
+        rep, n_ok = _mean_replicates([r for _, r in entries])
+        first = entries[0][0]
+        listed = tuple(dict.fromkeys(m for sv, _ in entries for m in sv.listed))
+        out[label] = StockCells(
+            first.metric, first.filter, listed, len(entries), _cells(rep, confidence)
+        )
+        if len(entries) < len(tasks):
+            notes.append(
+                f"{model}, {kind}: the {label} columns average the {len(entries)} of "
+                f"{len(tasks)} tasks whose own metric is {label}"
+            )
+        short = [
+            f"{label} {STOCK_COLUMNS[n]}"
+            for n, c in zip(STOCK_STATS, n_ok, strict=True)
+            if c < len(entries) and n in STOCK_COLUMNS
+        ]
+        if short:
+            notes.append(
+                f"{model}, {kind}: the mean of {', '.join(short)} leaves out tasks where it is "
+                "undefined"
+            )
+    return out, notes
 
 
 def _setting_notes(runs: Sequence[Run]) -> list[str]:

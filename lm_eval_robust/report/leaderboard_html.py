@@ -14,17 +14,21 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lm_eval_robust.report.compare import MEASURES
+from lm_eval_robust.report.compare import MEASURES, Comparison
 from lm_eval_robust.report.leaderboard import (
     MEAN,
+    STOCK_COLUMNS,
+    STOCK_MEASURES,
     Cell,
     Leaderboard,
     LeaderboardRow,
     within_noise,
 )
+from lm_eval_robust.report.leaderboard_tables import stock_legend
 
 __all__ = ["to_html"]
 
@@ -38,6 +42,14 @@ SHOWN: tuple[tuple[str, str, float, float, bool], ...] = (
     ("consistency", "consistency", 0.0, 100.0, False),
     ("maj_share_clean", "majority (clean)", 0.0, 100.0, False),
 )
+
+#: axes of the stock metric's columns (:data:`STOCK_COLUMNS`): (axis low, axis high, signed)
+STOCK_AXES: dict[str, tuple[float, float, bool]] = {
+    "clean": (0.0, 100.0, False),
+    "pert": (0.0, 100.0, False),
+    "drop": (-50.0, 50.0, True),
+    "worst": (0.0, 100.0, False),
+}
 
 STYLE = """
 body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}
@@ -109,6 +121,30 @@ def _bar(c: Cell, lo: float, hi: float, noise: float | None = None) -> str:
     return f'<svg class="bar" width="{w}" height="{h}">{"".join(parts)}</svg>'
 
 
+def _stock_cells(r: LeaderboardRow, labels: Sequence[str]) -> str:
+    out = []
+    for label in labels:
+        sc = r.stock.get(label)
+        for stat in STOCK_COLUMNS:
+            lo, hi, signed = STOCK_AXES[stat]
+            c = sc.cells[stat] if sc is not None else Cell(math.nan, math.nan, math.nan)
+            out.append(_value_cell(c, lo, hi, signed))
+    return "".join(out)
+
+
+def _value_cell(c: Cell, lo: float, hi: float, signed: bool) -> str:
+    """A measure with its interval bar (no noise mark)."""
+    if not math.isfinite(c.value):
+        return '<td data-v=""><span class="na">–</span></td>'
+    title = ""
+    if math.isfinite(c.low) and math.isfinite(c.high):
+        title = f"{_fmt(100 * c.low, signed)} to {_fmt(100 * c.high, signed)}"
+    return (
+        f'<td data-v="{100 * c.value:.4f}" title="{_e(title)}">{_fmt(100 * c.value, signed)}'
+        f"{_bar(c, lo, hi)}</td>"
+    )
+
+
 def _measure_cell(r: LeaderboardRow, name: str, lo: float, hi: float, signed: bool) -> str:
     c = r.cells[name]
     if not math.isfinite(c.value):
@@ -162,8 +198,9 @@ def _rank_cell(lb: Leaderboard, model: str, kind: str, measure: str) -> str:
     return '<td data-v="">–</td>'
 
 
-def _header(first: Sequence[str]) -> str:
-    cols = [*first, *(h for _, h, *_ in SHOWN), "certified (exact)", "plug-in p_C"]
+def _header(first: Sequence[str], stock: Sequence[str] = ()) -> str:
+    cols = [*first, *(f"{lab} {h}" for lab in stock for h in STOCK_COLUMNS.values())]
+    cols += [*(h for _, h, *_ in SHOWN), "certified (exact)", "plug-in p_C"]
     cols += [f"rank, {MEASURES[m]}" for m in MEASURES]
     cells = "".join(
         f'<th class="{"l" if i < len(first) else ""}">{_e(c)}</th>' for i, c in enumerate(cols)
@@ -171,8 +208,15 @@ def _header(first: Sequence[str]) -> str:
     return f"<thead><tr>{cells}</tr></thead>"
 
 
-def _row(lb: Leaderboard, r: LeaderboardRow, first: Sequence[str], ranks: bool) -> str:
+def _row(
+    lb: Leaderboard,
+    r: LeaderboardRow,
+    first: Sequence[str],
+    ranks: bool,
+    stock: Sequence[str] = (),
+) -> str:
     cells = "".join(f'<td class="l" data-v="{_e(v)}">{_e(v)}</td>' for v in first)
+    cells += _stock_cells(r, stock)
     cells += "".join(_measure_cell(r, name, lo, hi, sg) for name, _, lo, hi, sg in SHOWN)
     cells += _cert_cells(r)
     for m in MEASURES:
@@ -180,8 +224,15 @@ def _row(lb: Leaderboard, r: LeaderboardRow, first: Sequence[str], ranks: bool) 
     return f"<tr>{cells}</tr>"
 
 
-def _comparisons(lb: Leaderboard) -> str:
-    comp = lb.comparison
+def _comparisons(
+    lb: Leaderboard,
+    comp: Comparison | None = None,
+    names: Mapping[str, str] = MEASURES,
+    title: str = "Model comparisons: paired differences on shared examples",
+    table_id: str = "comparisons",
+) -> str:
+    """A comparison's pairs (by default the BAC measures' comparison)."""
+    comp = lb.comparison if comp is None else comp
     if comp is None or not comp.pairs:
         return ""
     rows = []
@@ -197,7 +248,7 @@ def _comparisons(lb: Leaderboard) -> str:
             else '<span class="na">not distinguishable</span>'
         )
         rows.append(
-            f'<tr><td class="l">{_e(p.kind)}</td><td class="l">{_e(MEASURES[p.measure])}</td>'
+            f'<tr><td class="l">{_e(p.kind)}</td><td class="l">{_e(names[p.measure])}</td>'
             f'<td class="l">{_e(p.model_a)}</td><td class="l">{_e(p.model_b)}</td>'
             f'<td data-v="{p.n_examples}">{p.n_examples}</td>'
             f'<td data-v="{100 * p.diff:.4f}">{100 * p.diff:+.1f}{ci}</td>'
@@ -211,12 +262,12 @@ def _comparisons(lb: Leaderboard) -> str:
         )
     )
     return (
-        "<h2>Model comparisons: paired differences on shared examples</h2>"
+        f"<h2>{_e(title)}</h2>"
         '<p class="note">A − B on the examples both models scored, mean over the tasks both '
         f"ran; {round(100 * lb.confidence)} % clustered BCa intervals ({comp.n_resamples} "
         "resamples, the same examples for both models); p two-sided from the bootstrap, "
         "Holm-adjusted over the model pairs of each kind and measure.</p>"
-        f'<table class="sortable" id="comparisons"><thead><tr>{head}</tr></thead><tbody>'
+        f'<table class="sortable" id="{_e(table_id)}"><thead><tr>{head}</tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table>"
     )
@@ -264,6 +315,13 @@ def _certificates(lb: Leaderboard) -> str:
     )
 
 
+def _md_inline(text: str) -> str:
+    """Escaped text with Markdown's *emphasis* and `code` as HTML."""
+    out = _e(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*([^*]+)\*", r"<i>\1</i>", out)
+
+
 def to_html(lb: Leaderboard, figures: Sequence[Path] = ()) -> str:
     level = round(100 * lb.confidence)
     parts = [
@@ -278,13 +336,17 @@ def to_html(lb: Leaderboard, figures: Sequence[Path] = ()) -> str:
         '<span class="noise">≈</span> marks a spread within noise (p ≥ 0.05). Click a header to '
         "sort; open a model's drill-down for every task.</p>",
     ]
+    legend = stock_legend(lb)
+    if legend:
+        parts.append(f'<p class="note">{_md_inline(legend)}</p>')
     for kind in lb.kinds:
         means = [r for m in lb.models if (r := lb.row(m, kind)) is not None]
+        labels = lb.stock_labels(kind)
         parts.append(f"<h2>{_e(kind)} perturbations: mean over tasks</h2>")
         parts.append(f'<table class="sortable leaderboard" id="lb-{_e(kind)}">')
-        parts.append(_header(["model", "tasks"]))
+        parts.append(_header(["model", "tasks"], labels))
         parts.append("<tbody>")
-        parts += [_row(lb, r, [r.model, str(r.n_tasks)], True) for r in means]
+        parts += [_row(lb, r, [r.model, str(r.n_tasks)], True, labels) for r in means]
         parts.append("</tbody></table>")
         for m in lb.models:
             tasks = [r for r in lb.rows if r.model == m and r.kind == kind and r.task != MEAN]
@@ -292,11 +354,21 @@ def to_html(lb: Leaderboard, figures: Sequence[Path] = ()) -> str:
                 continue
             parts.append(f"<details><summary>{_e(m)}: {len(tasks)} tasks</summary>")
             parts.append('<table class="sortable drill">')
-            parts.append(_header(["task", "examples"]))
+            parts.append(_header(["task", "examples"], labels))
             parts.append("<tbody>")
-            parts += [_row(lb, r, [r.task, str(r.n_examples)], False) for r in tasks]
+            parts += [_row(lb, r, [r.task, str(r.n_examples)], False, labels) for r in tasks]
             parts.append("</tbody></table></details>")
     parts.append(_comparisons(lb))
+    for i, (label, comp) in enumerate(lb.stock_comparison.items()):
+        parts.append(
+            _comparisons(
+                lb,
+                comp,
+                {m: f"{label} {h}" for m, h in STOCK_MEASURES.items()},
+                f"Model comparisons in the task's own metric ({label})",
+                f"comparisons-stock-{i}",
+            )
+        )
     parts.append(_certificates(lb))
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")

@@ -9,12 +9,15 @@ import csv
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from lm_eval_robust.report.compare import MEASURES, Comparison
 from lm_eval_robust.report.leaderboard import (
     COLUMNS,
     MEAN,
+    STOCK_COLUMNS,
+    STOCK_MEASURES,
     Cell,
     Leaderboard,
     LeaderboardRow,
@@ -23,6 +26,7 @@ from lm_eval_robust.report.leaderboard import (
 from lm_eval_robust.report.markdown import markdown_table
 from lm_eval_robust.stats.cert_splits import RuleSummary
 from lm_eval_robust.stats.robustness import BOOTSTRAP_STATS
+from lm_eval_robust.stats.wrap_metrics import STOCK_STATS
 
 __all__ = ["to_csv", "to_json", "to_markdown"]
 
@@ -76,6 +80,45 @@ def _rate(c: RuleSummary | None, with_k: bool = False) -> str:
     if math.isfinite(c.rate_low) and math.isfinite(c.rate_high) and c.rate_high > c.rate_low:
         v += f" [{100 * c.rate_low:.1f}, {100 * c.rate_high:.1f}]"
     return v + (f" (K = {c.k})" if with_k else "")
+
+
+def stock_headers(labels: tuple[str, ...]) -> list[str]:
+    """``acc clean``, ``acc perturbed``, ... for each stock metric label."""
+    return [f"{label} {h}" for label in labels for h in STOCK_COLUMNS.values()]
+
+
+def _stock_cells(r: LeaderboardRow, labels: tuple[str, ...]) -> list[str]:
+    out = []
+    for label in labels:
+        sc = r.stock.get(label)
+        for stat in STOCK_COLUMNS:
+            out.append("–" if sc is None else _pct(sc.cells[stat], signed=stat == "drop"))
+    return out
+
+
+def stock_legend(lb: Leaderboard) -> str:
+    """What the stock columns are, or "" when no task of the runs reports its own metric."""
+    labels = lb.stock_labels()
+    if not labels:
+        return ""
+    names = ", ".join(f"*{label}*" for label in labels)
+    text = (
+        f"{names}: the task's own metric as lm-eval computes it for the stock task, per prompt "
+        "(a wrapped task `<task>_robust_format` / `_robust_text`), on the clean prompts, on the "
+        "perturbed prompts, their drop (perturbed − clean; negative: worse under perturbation) "
+        "and the worst case (per example the worst of its clean and perturbed prompts, "
+        "averaged), with the same clustered intervals as the BAC columns; a mean row averages "
+        "only the tasks of that metric. BAC beside it is over the task's labels where every doc "
+        "has the same ones, over the answer slots where choices differ per doc."
+    )
+    listed = lb.stock_listed()
+    if listed:
+        text += (
+            " Tasks reporting several metrics show the first lm-eval lists: "
+            + "; ".join(f"{t}: {listed[t][0]} (of {', '.join(listed[t])})" for t in listed)
+            + "."
+        )
+    return text
 
 
 def _row_cells(r: LeaderboardRow) -> list[str]:
@@ -174,14 +217,20 @@ def _cert_section(lb: Leaderboard) -> list[str]:
     ]
 
 
-def _comparison_section(lb: Leaderboard) -> list[str]:
-    comp = lb.comparison
+def _comparison_section(
+    lb: Leaderboard,
+    comp: Comparison | None = None,
+    names: Mapping[str, str] = MEASURES,
+    title: str = "Model comparisons: paired differences on shared examples",
+) -> list[str]:
+    """A comparison's pairs and rank intervals (by default the BAC measures' comparison)."""
+    comp = lb.comparison if comp is None else comp
     if comp is None or not comp.pairs:
         return []
     level = round(100 * lb.confidence)
     parts = [
         "",
-        "## Model comparisons: paired differences on shared examples",
+        f"## {title}",
         "",
         f"A − B, mean over the tasks both ran, on the examples both scored; {level} % clustered "
         f"BCa intervals ({comp.n_resamples} resamples, the same examples drawn for both models); "
@@ -199,7 +248,7 @@ def _comparison_section(lb: Leaderboard) -> list[str]:
         body.append(
             [
                 p.kind,
-                MEASURES[p.measure],
+                names[p.measure],
                 p.model_a,
                 p.model_b,
                 str(p.n_examples),
@@ -211,12 +260,12 @@ def _comparison_section(lb: Leaderboard) -> list[str]:
         )
     parts.append(markdown_table(header, body))
     parts += ["", "Rank intervals (1 = most robust):", ""]
-    header = ["kind", "model", *(MEASURES[m] for m in MEASURES)]
+    header = ["kind", "model", *names.values()]
     body = []
     for kind in lb.kinds:
         for m in lb.models:
             cells = []
-            for meas in MEASURES:
+            for meas in names:
                 hit = [r for r in comp.ranks if (r.kind, r.model, r.measure) == (kind, m, meas)]
                 if not hit:
                     cells.append("–")
@@ -244,18 +293,39 @@ def to_markdown(lb: Leaderboard) -> str:
         "is that null's mean spread. The certified share is the finite-sample certificate "
         "(n/a below the K it needs); the paper's plug-in estimate is labelled with its K.",
     ]
+    legend = stock_legend(lb)
+    if legend:
+        parts += ["", legend]
     for kind in lb.kinds:
         rows = [r for m in lb.models if (r := lb.row(m, kind)) is not None]
         rows.sort(key=_rank)
+        labels = lb.stock_labels(kind)
         parts += ["", f"## {kind} perturbations: mean over tasks", ""]
-        header = ["model", "tasks", "examples", *COLUMNS.values(), *EXTRA_COLUMNS]
+        header = [
+            "model", "tasks", "examples", *stock_headers(labels), *COLUMNS.values(),
+            *EXTRA_COLUMNS,
+        ]  # fmt: skip
         parts.append(
             markdown_table(
-                header, [[r.model, str(r.n_tasks), str(r.n_examples), *_row_cells(r)] for r in rows]
+                header,
+                [
+                    [
+                        r.model,
+                        str(r.n_tasks),
+                        str(r.n_examples),
+                        *_stock_cells(r, labels),
+                        *_row_cells(r),
+                    ]
+                    for r in rows
+                ],
             )
         )
     parts += ["", "## Per task", ""]
-    header = ["kind", "task", "model", "examples", "prompts", *COLUMNS.values(), *EXTRA_COLUMNS]
+    labels = lb.stock_labels()
+    header = [
+        "kind", "task", "model", "examples", "prompts", *stock_headers(labels),
+        *COLUMNS.values(), *EXTRA_COLUMNS,
+    ]  # fmt: skip
     body = []
     for kind in lb.kinds:
         tasks = sorted({r.task for r in lb.rows if r.kind == kind and r.task != MEAN})
@@ -264,12 +334,28 @@ def to_markdown(lb: Leaderboard) -> str:
                 r = lb.row(m, kind, task)
                 if r is not None:
                     body.append(
-                        [kind, task, m, str(r.n_examples), str(r.n_prompts), *_row_cells(r)]
+                        [
+                            kind,
+                            task,
+                            m,
+                            str(r.n_examples),
+                            str(r.n_prompts),
+                            *_stock_cells(r, labels),
+                            *_row_cells(r),
+                        ]
                     )
     parts.append(markdown_table(header, body))
     parts += _noise_section(lb)
     parts += _cert_section(lb)
     parts += _comparison_section(lb)
+    for label, comp in lb.stock_comparison.items():
+        parts += _comparison_section(
+            lb,
+            comp,
+            {m: f"{label} {h}" for m, h in STOCK_MEASURES.items()},
+            f"Model comparisons in the task's own metric ({label}): paired differences on "
+            "shared examples",
+        )
     if lb.notes:
         parts += ["", "Notes:", ""] + [f"- {n}" for n in lb.notes]
     return "\n".join(parts) + "\n"
@@ -288,6 +374,13 @@ def _csv_row(r: LeaderboardRow) -> dict[str, Any]:
         c = r.cells[name]
         for suffix, x in (("", c.value), ("_low", c.low), ("_high", c.high)):
             out[name + suffix] = x if math.isfinite(x) else None
+    for sc in r.stock.values():  # the results JSON's names: stock_acc_clean[,filter]
+        flt = "" if sc.filter == "none" else f",{sc.filter}"
+        for stat in STOCK_STATS:
+            c = sc.cells[stat]
+            for suffix, x in (("", c.value), ("_low", c.low), ("_high", c.high)):
+                out[f"stock_{sc.metric}_{stat}{suffix}{flt}"] = _clean(x)
+        out[f"stock_{sc.metric}_tasks{flt}"] = sc.n_tasks
     if r.spread is not None:
         out |= r.spread.as_dict()
     for rule, rs in sorted(r.certs.items()):
@@ -331,6 +424,19 @@ def _comparison_json(comp: Comparison | None) -> dict[str, Any] | None:
     }
 
 
+def _stock_json(r: LeaderboardRow) -> dict[str, Any]:
+    return {
+        label: {
+            "metric": sc.metric,
+            "filter": sc.filter,
+            "listed": list(sc.listed),
+            "n_tasks": sc.n_tasks,
+            "metrics": {stat: sc.cells[stat].as_dict() for stat in STOCK_STATS},
+        }
+        for label, sc in r.stock.items()
+    }
+
+
 def to_json(lb: Leaderboard) -> str:
     doc = {
         "confidence": lb.confidence,
@@ -348,6 +454,7 @@ def to_json(lb: Leaderboard) -> str:
                 "variant_bac": dict(sorted(r.variants.items())),
                 "spread_null": r.spread.as_dict() if r.spread is not None else None,
                 "certificates": {k: c.as_dict() for k, c in sorted(r.certs.items())},
+                **({"stock": _stock_json(r)} if r.stock else {}),
             }
             for r in lb.rows
         ],
@@ -358,6 +465,15 @@ def to_json(lb: Leaderboard) -> str:
         },
         "n_permutations": lb.n_permutations,
         "comparison": _comparison_json(lb.comparison),
+        **(
+            {
+                "stock_comparison": {
+                    label: _comparison_json(c) for label, c in lb.stock_comparison.items()
+                }
+            }
+            if lb.stock_comparison
+            else {}
+        ),
         "notes": list(lb.notes),
     }
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"

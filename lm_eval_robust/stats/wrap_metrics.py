@@ -55,6 +55,7 @@ class StockTable:
     agree: np.ndarray  # [E]
     var_sum: np.ndarray  # [E, V]
     var_count: np.ndarray  # [E, V]
+    example_ids: tuple[str, ...] = ()  # [E], sorted
 
     @classmethod
     def from_items(cls, items: Iterable[Mapping[str, Any]], higher_is_better: bool) -> StockTable:
@@ -92,7 +93,25 @@ class StockTable:
         for i, values in by_ex.items():
             if has_clean[i] and pert_count[i] > 0:
                 worst[i] = pick(values)
-        return cls(has_clean, clean, pert_sum, pert_count, worst, agree, var_sum, var_count)
+        return cls(
+            has_clean, clean, pert_sum, pert_count, worst, agree, var_sum, var_count, tuple(ids)
+        )
+
+    def subset(self, ids: Sequence[str]) -> StockTable:
+        """The examples ``ids``, in that order."""
+        pos = {e: i for i, e in enumerate(self.example_ids)}
+        idx = np.array([pos[e] for e in ids], dtype=np.int64)
+        return StockTable(
+            self.has_clean[idx],
+            self.clean[idx],
+            self.pert_sum[idx],
+            self.pert_count[idx],
+            self.worst[idx],
+            self.agree[idx],
+            self.var_sum[idx],
+            self.var_count[idx],
+            tuple(ids),
+        )
 
     @property
     def n_examples(self) -> int:

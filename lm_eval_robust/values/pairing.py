@@ -30,6 +30,7 @@ __all__ = [
     "PairedTask",
     "ReportError",
     "Run",
+    "StockValues",
     "TaskRun",
     "UnpairableError",
     "label_runs",
@@ -82,6 +83,27 @@ class UnpairableError(ReportError):
 
 
 @dataclass(frozen=True, eq=False)
+class StockValues:
+    """A wrapped stock task's own per-doc metric (its samples' ``stock_<metric>_*`` values): the
+    first metric lm-eval lists for the task (``acc`` before ``acc_norm``), under the first filter
+    its samples name (``strict-match`` before ``flexible-extract``)."""
+
+    metric: str
+    filter: str
+    listed: tuple[str, ...]  # every stock metric the task reports, in lm-eval's order
+    higher_is_better: bool
+    items: dict[tuple[str, int], dict[str, Any]]  # example_id, pert_id, variant, value
+
+    @property
+    def label(self) -> str:
+        """The metric's name in tables: ``acc``, or ``exact_match (strict-match)``."""
+        return self.metric if self.filter == "none" else f"{self.metric} ({self.filter})"
+
+    def item_list(self) -> list[dict[str, Any]]:
+        return [self.items[k] for k in sorted(self.items)]
+
+
+@dataclass(frozen=True, eq=False)
 class TaskRun:
     """One task of one run: per-doc items keyed by (example_id, pert_id)."""
 
@@ -91,6 +113,7 @@ class TaskRun:
     items: dict[tuple[str, int], dict[str, Any]]
     doc_hashes: dict[tuple[str, int], str]
     config: Mapping[str, Any]
+    stock: StockValues | None = None  # a wrapped stock task's own metric
 
     def item_list(self) -> list[dict[str, Any]]:
         return [self.items[k] for k in sorted(self.items)]
@@ -110,6 +133,9 @@ class Run:
     # the fit summary of the correction applied to each task family (``correction_key``), when
     # the run applied one: method, λ, p_eps_V / p_eps_L on the train features
     fits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # wrapped tasks with the stock task's own metric and no label scores (generate_until), read
+    # with ``load_run(..., stock_only=True)``: their items are empty, their ``stock`` set
+    stock_only: dict[str, TaskRun] = field(default_factory=dict)
 
 
 def _find_results(path: Path) -> Path:
@@ -223,6 +249,55 @@ def _item_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+STOCK_PREFIX, STOCK_CLEAN = "stock_", "_clean"
+
+
+def _stock_names(sample: Mapping[str, Any]) -> list[str]:
+    """The stock metrics a wrapped task's sample carries, in the order lm-eval lists them."""
+    listed = sample.get("metrics")
+    names = listed if isinstance(listed, list) else list(sample)
+    return [
+        str(n)[len(STOCK_PREFIX) : -len(STOCK_CLEAN)]
+        for n in names
+        if isinstance(n, str)
+        and n.startswith(STOCK_PREFIX)
+        and n.endswith(STOCK_CLEAN)
+        and isinstance(sample.get(n), Mapping)
+        and "value" in sample[n]
+    ]
+
+
+def _stock_of(
+    lines: Sequence[tuple[str, list[str], Mapping[str, Any]]],
+    keys: set[tuple[str, int]],
+    higher_is_better: Mapping[str, Any],
+) -> StockValues | None:
+    """The first stock metric of a wrapped task's samples (``(filter, metrics, values)`` per
+    line), under the first filter, for the docs ``keys`` (those of complete examples); None for
+    a task that reports none."""
+    if not lines:
+        return None
+    flt, listed, _ = lines[0]
+    metric = listed[0]
+    items: dict[tuple[str, int], dict[str, Any]] = {}
+    for f, _, values in lines:
+        v = values.get(metric)
+        if f != flt or v is None:
+            continue
+        key = (str(v["example_id"]), int(v["pert_id"]))
+        if key in keys:
+            items[key] = {
+                "example_id": key[0],
+                "pert_id": key[1],
+                "variant": str(v.get("variant", "clean")),
+                "value": float(v["value"]),
+            }
+    if not items:
+        return None
+    hib = higher_is_better.get(f"{STOCK_PREFIX}{metric}{STOCK_CLEAN}", True)
+    return StockValues(metric, flt, tuple(listed), bool(hib), items)
+
+
 def _complete(
     items: dict[tuple[str, int], dict[str, Any]], task: str, notes: list[str]
 ) -> dict[tuple[str, int], dict[str, Any]]:
@@ -239,15 +314,25 @@ def _complete(
 
 
 def _read_samples(
-    file: Path, task: str, config: Mapping[str, Any]
+    file: Path,
+    task: str,
+    config: Mapping[str, Any],
+    higher_is_better: Mapping[str, Any] | None = None,
 ) -> tuple[TaskRun | None, list[str]]:
     items: dict[tuple[str, int], dict[str, Any]] = {}
     hashes: dict[tuple[str, int], str] = {}
     kinds: set[str] = set()
     splits: set[str] = set()
     notes: list[str] = []
+    stock_lines: list[tuple[str, list[str], Mapping[str, Any]]] = []
     for n, sample in read_sample_lines(file, ReportError):
+        names = _stock_names(sample)
+        if names:  # a wrapped stock task: keep its own metric's per-doc values
+            values = {m: sample[f"{STOCK_PREFIX}{m}{STOCK_CLEAN}"] for m in names}
+            stock_lines.append((str(sample.get("filter", "none")), names, values))
         item = _item_of(sample)
+        if item is None and names:  # a wrapped generate_until task: its own metric only
+            continue
         if item is None:
             return None, [f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)"]
         if item.get("ll") is None:
@@ -267,9 +352,21 @@ def _read_samples(
         splits.add(str(doc.get("split", "")))
         if sample.get("doc_hash") is not None:
             hashes[key] = str(sample["doc_hash"])
-    if not items:
+    if not items and not stock_lines:
         return None, [f"{task}: empty samples file {file.name}"]
-    items = _complete(items, task, notes)
+    if items:
+        items = _complete(items, task, notes)
+        keys = set(items)
+    else:  # the stock metric's docs, of complete examples
+        everything = {
+            (str(v["example_id"]), int(v["pert_id"]))
+            for _, _, values in stock_lines
+            for v in values.values()
+        }
+        kept = _complete(
+            {k: {"example_id": k[0], "pert_id": k[1]} for k in everything}, task, notes
+        )
+        keys = set(kept)
     kwargs = config.get("dataset_kwargs") or {}
     md = config.get("metadata") or {}  # wrapped stock tasks name their kind in the metadata
     kind = "/".join(sorted(k for k in kinds if k)) or str(
@@ -278,7 +375,8 @@ def _read_samples(
     split = "/".join(sorted(s for s in splits if s)) or str(
         kwargs.get("lmer_split") or md.get("lmer_split", "")
     )
-    return TaskRun(task, kind, split, items, hashes, config), notes
+    stock = _stock_of(stock_lines, keys, higher_is_better or {})
+    return TaskRun(task, kind, split, items, hashes, config, stock), notes
 
 
 def read_sample_lines(file: Path, error: type[UserError]) -> Any:
@@ -312,8 +410,12 @@ def read_sample_lines(file: Path, error: type[UserError]) -> Any:
         ) from None
 
 
-def load_run(path: str | Path, label: str | None = None) -> Run:
-    """Load a run from its output folder (or model subfolder, or results file)."""
+def load_run(path: str | Path, label: str | None = None, stock_only: bool = False) -> Run:
+    """Load a run from its output folder (or model subfolder, or results file).
+
+    ``stock_only``: also keep the wrapped tasks whose samples carry only the stock task's own
+    metric (``generate_until``: GSM8K's ``exact_match``), in :attr:`Run.stock_only`; without it
+    they are left out with a note, as for any task without per-doc label scores."""
     p = Path(path)
     results_file = _find_results(p)
     results = read_results(results_file)
@@ -322,6 +424,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     configs: Mapping[str, Any] = results.get("configs", {}) or {}
     task_names = sorted(set(configs) | set(results.get("results", {}) or {}))
     tasks: dict[str, TaskRun] = {}
+    stock_tasks: dict[str, TaskRun] = {}
     notes: list[str] = []
     missing: list[str] = []
     for task in task_names:
@@ -332,11 +435,19 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             if task in configs:
                 missing.append(task)
             continue
-        tr, more = _read_samples(file, task, configs.get(task, {}) or {})
+        hib = (results.get("higher_is_better") or {}).get(task) or {}
+        tr, more = _read_samples(file, task, configs.get(task, {}) or {}, hib)
+        if tr is not None and not tr.items:
+            if stock_only and tr.stock is not None:
+                stock_tasks[task] = tr
+                notes += more
+            else:
+                notes.append(f"{task}: samples carry no per-doc ids (not an lm-eval-robust task)")
+            continue
         notes += more
         if tr is not None:
             tasks[task] = tr
-    if not tasks:
+    if not tasks and not stock_tasks:
         if missing:
             raise NoSamplesError(
                 f"{folder}: no samples_*_{stamp}.jsonl for {', '.join(missing)}; "
@@ -363,6 +474,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         results=results,
         notes=tuple(notes),
         fits=fits,
+        stock_only=stock_tasks,
     )
 
 
@@ -466,7 +578,9 @@ def pair_runs(base: Run, other: Run) -> tuple[list[PairedTask], list[str]]:
     return [_check_task(t, base.tasks[t], other.tasks[t], labels) for t in common], notes
 
 
-def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> list[Run]:
+def label_runs(
+    paths: Sequence[str | Path], labels: Sequence[str] | None, stock_only: bool = False
+) -> list[Run]:
     """Load several runs; labels default to the folder names, made unique. The same run given
     twice, and a label that would break a table (empty, ``|``, a line break), are refused."""
     if labels is not None and len(labels) != len(paths):
@@ -477,7 +591,7 @@ def label_runs(paths: Sequence[str | Path], labels: Sequence[str] | None) -> lis
                 f"--labels name {lab!r} is empty or holds |, a backtick or a line break, which "
                 "would break the tables; use letters, digits, - _ . + and spaces"
             )
-    runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(paths)]
+    runs = [load_run(p, labels[i] if labels else None, stock_only) for i, p in enumerate(paths)]
     seen_files: dict[Path, str] = {}
     for p, r in zip(paths, runs, strict=True):
         key = r.results_file.resolve()
