@@ -165,3 +165,26 @@ def test_runs_at_different_settings_get_a_note(tmp_path: Path) -> None:
     assert any("differ in n_perturbations (a: 4; b: 8)" in n for n in lb.notes)
     same = build_leaderboard(label_runs([a, _write_run(tmp_path, "c", 1.0)], None), 200)
     assert not any("differ in" in n for n in same.notes)
+
+
+def test_docs_with_different_numbers_of_choices_get_no_certificate(tmp_path: Path) -> None:
+    """A task whose docs have 2 or 3 choices (BIG-bench's date_understanding has 5 or 6) has no
+    one label margin: its certificates are n/a with a note, and the rest of its row stands."""
+    run = _write_run(tmp_path, "m", skill=1.0)
+    path = next((run / "model").glob("samples_ni065_format_lb_*.jsonl"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for s in lines:
+        if s["doc"]["example_id"] in ("e0", "e1"):
+            for key in ("bac_clean", "bac_pert"):
+                s[key]["ll"] = [*s[key]["ll"], -9.0]
+    path.write_text("".join(json.dumps(s) + "\n" for s in lines))
+    lb = build_leaderboard(label_runs([run], None), n_resamples=200, n_splits=5)
+    (row,) = [r for r in lb.rows if r.task == "ni065_format_lb"]
+    assert row.certs == {} and row.cells["bac_pert"].value == row.cells["bac_pert"].value
+    (other,) = [r for r in lb.rows if r.task == "ni220_format_lb"]
+    assert other.certs
+    assert any("ni065_format_lb: certificates n/a" in n and "(2, 3)" in n for n in lb.notes)
+    from lm_eval_robust.report.cert_report import certificate_summaries
+
+    items = [s["bac_pert"] for s in lines]
+    assert certificate_summaries(items) == {}

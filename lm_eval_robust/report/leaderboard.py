@@ -344,6 +344,13 @@ def build_leaderboard(
             by_kind.setdefault(kind, []).append((task, rep, table))
             null = spread_null(items, n_permutations, seed=seed + i)
             scored = [it for it in items if it.get("ll") is not None]
+            n_choices = sorted({len(it["ll"]) for it in scored})
+            if len(n_choices) > 1:  # a margin needs one label set: no certificate (a note says so)
+                notes.append(
+                    f"{run.label}: {task}: certificates n/a, its docs have different numbers "
+                    f"of choices ({', '.join(map(str, n_choices))})"
+                )
+                scored = []
             flags = (
                 split_flags(MarginTable.from_items(scored), n_splits, phi, alpha) if scored else {}
             )
