@@ -184,3 +184,30 @@ def test_budget_turns_the_question_round() -> None:
         PlanSettings(ks=(5,), budget=11)
     with pytest.raises(ValueError, match="made without a budget"):
         plan_drop(table, "sim", plain).best_at_budget(600)
+
+
+def test_cli_leaves_out_tasks_whose_docs_have_different_choices(  # type: ignore[no-untyped-def]
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+    import json
+
+    from test_report import _runs
+
+    base, _ = _runs(tmp_path)
+    (path,) = base.rglob("samples_ni065_format_pert_*.jsonl*")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        lines = [json.loads(x) for x in fh]
+    first = lines[0]["doc"].get("example_id")
+    for s in lines:
+        if s["doc"].get("example_id") == first:
+            for v in s.values():
+                if isinstance(v, dict) and isinstance(v.get("ll"), list):
+                    v["ll"] = [*v["ll"], -50.0]
+    with opener(path, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(s) + "\n" for s in lines))
+    assert cli_main(["plan", str(base), "--k", "5", "--resamples", "200"]) == 0
+    captured = capsys.readouterr()
+    assert "left out ni065_format_pert: their docs have different numbers" in captured.err
+    assert "| ni220_format_pert |" in captured.out and "| ni065_format_pert |" not in captured.out

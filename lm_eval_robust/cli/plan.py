@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
 from lm_eval_robust.base.errors import UserError
@@ -25,6 +27,11 @@ def _ints(text: str) -> tuple[int, ...]:
         raise UserError(
             f"--k takes comma-separated integers, e.g. 20,50,200; got {text!r}"
         ) from None
+
+
+def _mixed_choices(items: Sequence[dict[str, Any]]) -> bool:
+    """Docs with different numbers of choices (BIG-bench's date_understanding: 5 or 6)."""
+    return len({len(it["ll"]) for it in items if it.get("ll") is not None}) > 1
 
 
 def build_parser() -> CommandParser:
@@ -87,22 +94,38 @@ def main(argv: Sequence[str]) -> int:
     runs = label_runs(args.runs, None)
     keep = {t.strip() for t in args.tasks.split(",")} if args.tasks else None
     rows: list[PlanRow] = []
+    skipped: list[str] = []
     try:
         if len(runs) == 1:
             for name in sorted(runs[0].tasks):
                 if keep is None or name in keep:
-                    table = MarginTable.from_items(runs[0].tasks[name].item_list())
-                    rows.append(plan_drop(table, name, settings))
+                    items = runs[0].tasks[name].item_list()
+                    if _mixed_choices(items):
+                        skipped.append(name)
+                        continue
+                    rows.append(plan_drop(MarginTable.from_items(items), name, settings))
         else:
             paired, _ = pair_runs(runs[0], runs[1])
             for pt in paired:
                 if keep is None or pt.task in keep:
-                    a = MarginTable.from_items(pt.base.item_list())
-                    b = MarginTable.from_items(pt.other.item_list())
+                    a_items, b_items = pt.base.item_list(), pt.other.item_list()
+                    if _mixed_choices(a_items):
+                        skipped.append(pt.task)
+                        continue
+                    a = MarginTable.from_items(a_items)
+                    b = MarginTable.from_items(b_items)
                     rows.append(plan_pair(a, b, pt.task, settings))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if skipped:
+        print(
+            f"{PROG} plan: left out {', '.join(skipped)}: their docs have different numbers of "
+            "choices, so BAC has no one label set to plan for",
+            file=sys.stderr,
+        )
     if not rows:
+        if skipped:
+            raise UserError("no task left to plan: every one has docs with different choices")
         raise UserError(f"no task of the run(s) matches --tasks {args.tasks}")
     label = " vs ".join(r.label for r in runs)
     markdown = to_markdown(rows, settings, label)
