@@ -632,24 +632,6 @@ def _select_style() -> list[str]:
     ]
 
 
-def _wrap_pilot() -> list[str]:
-    acc = {}
-    for name in ("navigate", "sports_understanding"):
-        rows = json.loads((R / f"wrap_bigbench/{name}/leaderboard/leaderboard.json").read_text())
-        cells = {
-            (r["metrics"]["maj_share_clean"]["value"], r["metrics"]["bac_clean"]["value"])
-            for r in rows["rows"]
-        }
-        assert cells == {(1.0, 0.5)}, cells  # every model at chance, one answer for every prompt
-        # lm-eval's own acc: the leaderboard's stock-metric column, from the logged values
-        (acc[name],) = {r["stock"]["acc"]["metrics"]["clean"]["value"] for r in rows["rows"]}
-    return [
-        "(majority share 100 %, clean BAC 50 %; lm-eval's own `acc`, "
-        f"{100 * acc['navigate']:.0f} % on navigate and {100 * acc['sports_understanding']:.0f} % "
-        "on sports understanding",
-    ]
-
-
 def _lb_cost() -> list[str]:
     z, scale = NormalDist().inv_cdf(0.975), math.sqrt(10 / 35)
     se: dict[str, list[float]] = {"format": [], "text": []}
@@ -772,22 +754,6 @@ def _gsm8k_time() -> list[str]:
     return [f"({round(secs / 60)} min for {k} chain-of-thought generations)"]
 
 
-def _wrap_pace() -> list[str]:
-    per_prompt = []
-    for name in ("navigate", "sports_understanding"):
-        rows = load(f"wrap_bigbench/{name}/leaderboard/leaderboard.json")["rows"]
-        for run in (R / f"wrap_bigbench/{name}/runs").glob("*/*/results_*.json"):
-            res = json.loads(run.read_text(encoding="utf-8"))
-            model = run.parent.name
-            prompts = sum(
-                r["n_prompts"]
-                for r in rows
-                if r["task"] != "mean" and r["model"].lower().replace(" ", "-") in model
-            )
-            per_prompt.append(float(res["total_evaluation_time_seconds"]) / prompts)
-    return [f"scored one prompt per {min(per_prompt):.1f}–{max(per_prompt):.1f} s"]
-
-
 CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme": ("README.md", _readme),
     "results-guide": ("docs/results-guide.md", _guide),
@@ -799,11 +765,9 @@ CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme-timings": ("README.md", _readme_timings),
     "tasks-and-settings-timings": ("docs/tasks-and-settings.md", _tasks_timings),
     "results-guide-gsm8k-time": ("docs/results-guide.md", _gsm8k_time),
-    "wrapping-pace": ("docs/wrapping.md", _wrap_pace),
     "results-guide-generation": ("docs/results-guide.md", _guide_generation),
     "engines": ("docs/engines.md", lambda: [*_bench_envelope(), _prefix_cache_ratio()]),
     "tasks-and-settings": ("docs/tasks-and-settings.md", _select_style),
-    "wrapping": ("docs/wrapping.md", _wrap_pilot),
     "leaderboard-readme": ("results/leaderboard/README.md", _lb_readme),
     "certificates-readme": (
         "results/qwen2.5-coder-1.5b_ni220_certificates/README.md",
