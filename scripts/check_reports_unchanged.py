@@ -174,6 +174,20 @@ def _table_checks() -> list[Check]:
                 {f"{{out}}/lb/{p.name}": p for p in files},
             )
         )
+    # all fifteen wrapped BIG-bench tasks (results/wrap_bigbench_all15/run.sh): the Qwen runs sit
+    # in a folder of their own (the per-folder budget)
+    a15 = RESULTS / "wrap_bigbench_all15"
+    a15_runs = ["runs/smollm2-135m-instruct", "runs/gemma-3-270m"]
+    a15_runs += [f"../wrap_bigbench_all15_qwen/runs/{r}" for r in lb_runs[2:]]
+    a15_files = sorted(p for p in (a15 / "leaderboard").iterdir() if p.is_file())
+    wrap.append(
+        Check(
+            "wrap_bigbench_all15/leaderboard",
+            a15,
+            [*CLI, "leaderboard", *a15_runs, "-o", "{out}/lb", "--quiet"],
+            {f"{{out}}/lb/{p.name}": p for p in a15_files},
+        )
+    )
     gen = RESULTS / "qwen2.5-coder-1.5b_generation"
     auto = RESULTS / "qwen2.5-coder-1.5b_auto_fit"
     gsel = RESULTS / "gemma-3-270m_gen_select"

@@ -754,8 +754,61 @@ def _gsm8k_time() -> list[str]:
     return [f"({round(secs / 60)} min for {k} chain-of-thought generations)"]
 
 
+A15 = "wrap_bigbench_all15/leaderboard/leaderboard.json"
+
+
+def _a15() -> list[str]:
+    """results/wrap_bigbench_all15/README.md: its mean-row table and the prose on it."""
+    board = load(A15)
+    mean = {(r["model"], r["kind"]): r for r in board["rows"] if r["task"] == "mean"}
+
+    def cell(c: dict[str, Any], signed: bool = False) -> str:
+        f = "{:+.1f}" if signed else "{:.1f}"
+        text = f.format(100 * c["value"])
+        if c.get("low") is not None and c["high"] > c["low"]:
+            text += f" [{f.format(100 * c['low'])}, {f.format(100 * c['high'])}]"
+        return text.replace("-", "−")
+
+    def neg(c: dict[str, Any]) -> str:  # a drop quoted as a positive size with its interval
+        return f"{-100 * c['value']:.1f} [{-100 * c['high']:.1f}, {-100 * c['low']:.1f}]"
+
+    rows = []
+    for (model, _kind), r in mean.items():
+        st, m = r["stock"]["acc"]["metrics"], r["metrics"]
+        rows.append(
+            f"| {model} | {r['n_examples']} | {cell(st['clean'])} | {cell(st['pert'])} | "
+            f"{cell(st['drop'], True)} | {cell(m['bac_clean'])} | {cell(m['delta_drop'], True)} |"
+        )
+    smol = mean[("smollm2-135m-instruct", "text")]
+    (pair,) = [
+        p
+        for p in board["comparison"]["pairs"]
+        if (p["kind"], p["measure"], p["model_a"], p["model_b"])
+        == ("text", "delta_drop", "smollm2-135m-instruct", "gemma-3-270m")
+    ]
+    gemma = {
+        k: mean[("gemma-3-270m", k)]["metrics"]["consistency"]["value"] for k in ("format", "text")
+    }
+    chance = [
+        float(line.split("|")[3])
+        for line in (R / "wrap_bigbench_all15/chance.md").read_text().splitlines()
+        if line.startswith("| ") and not line.startswith("| task")
+    ]
+    return [
+        *rows,
+        f"its `acc` drops {neg(smol['stock']['acc']['metrics']['drop']).replace(' [', ' points [')}"
+        " and its BAC "
+        f"{neg(smol['metrics']['delta_drop'])}",
+        f"the BAC drop differs by {-100 * pair['diff']:.1f} points [{-100 * pair['high']:.1f}, "
+        f"{-100 * pair['low']:.1f}] (Holm p = {pair['p_holm']:.3f})",
+        f"{100 * gemma['format']:.1f} % under format and {100 * gemma['text']:.1f} % under text",
+        f"is {sum(chance) / len(chance):.1f} %",
+    ]
+
+
 CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme": ("README.md", _readme),
+    "wrap-bigbench-all15-readme": ("results/wrap_bigbench_all15/README.md", _a15),
     "results-guide": ("docs/results-guide.md", _guide),
     "method-and-metrics": ("docs/method-and-metrics.md", _method),
     "leaderboard-doc": ("docs/leaderboard.md", _leaderboard_doc),
