@@ -14,7 +14,6 @@ holds that level.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +21,14 @@ from typing import Any
 
 
 def _samples(run: Path, task: str) -> Iterator[dict[str, Any]]:
+    """The task's logged samples (``.jsonl`` or ``.jsonl.gz``), read as the report reads them:
+    a cut or corrupt file is one line naming it."""
+    from lm_eval_robust.base.errors import UserError
+    from lm_eval_robust.values.pairing import read_sample_lines
+
     for path in sorted(run.rglob(f"samples_{task}_*.jsonl*")):
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                yield json.loads(line)
+        for _, sample in read_sample_lines(path, UserError):
+            yield sample
 
 
 def chance_level(runs: list[Path], task: str) -> float:
@@ -113,13 +115,24 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", type=Path, help="the run folders it read")
     ap.add_argument("--reference", required=True, help="the model whose clean score is shown")
     args = ap.parse_args()
-    board = json.loads((args.leaderboard / "leaderboard.json").read_text(encoding="utf-8"))
+    from lm_eval_robust.base.errors import UserError
+
+    board_file = args.leaderboard / "leaderboard.json"
+    if not board_file.is_file():
+        raise SystemExit(
+            f"wrap_chance_table: {board_file} not found; give the folder lm-eval-robust "
+            "leaderboard wrote"
+        )
+    board = json.loads(board_file.read_text(encoding="utf-8"))
     if args.reference not in board["models"]:
         raise SystemExit(
             f"wrap_chance_table: {args.reference!r} is not a model of {args.leaderboard} "
             f"({', '.join(board['models'])})"
         )
-    print(table(board, args.runs, args.reference), end="")
+    try:
+        print(table(board, args.runs, args.reference), end="")
+    except UserError as exc:
+        raise SystemExit(f"wrap_chance_table: {exc}") from None
 
 
 if __name__ == "__main__":

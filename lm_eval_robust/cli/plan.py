@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
 from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
-from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.stats.margins import MarginTable, label_counts
 from lm_eval_robust.values.pairing import label_runs, pair_runs
 
 __all__ = ["K_MAX", "build_parser", "main"]
@@ -27,11 +26,6 @@ def _ints(text: str) -> tuple[int, ...]:
         raise UserError(
             f"--k takes comma-separated integers, e.g. 20,50,200; got {text!r}"
         ) from None
-
-
-def _mixed_choices(items: Sequence[dict[str, Any]]) -> bool:
-    """Docs with different numbers of choices (BIG-bench's date_understanding: 5 or 6)."""
-    return len({len(it["ll"]) for it in items if it.get("ll") is not None}) > 1
 
 
 def build_parser() -> CommandParser:
@@ -100,7 +94,7 @@ def main(argv: Sequence[str]) -> int:
             for name in sorted(runs[0].tasks):
                 if keep is None or name in keep:
                     items = runs[0].tasks[name].item_list()
-                    if _mixed_choices(items):
+                    if len(label_counts(items)) > 1:
                         skipped.append(name)
                         continue
                     rows.append(plan_drop(MarginTable.from_items(items), name, settings))
@@ -109,7 +103,7 @@ def main(argv: Sequence[str]) -> int:
             for pt in paired:
                 if keep is None or pt.task in keep:
                     a_items, b_items = pt.base.item_list(), pt.other.item_list()
-                    if _mixed_choices(a_items):
+                    if len(label_counts(a_items)) > 1:
                         skipped.append(pt.task)
                         continue
                     a = MarginTable.from_items(a_items)

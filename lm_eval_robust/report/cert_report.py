@@ -31,10 +31,10 @@ def certificate_summaries(
 ) -> dict[str, RuleSummary]:
     """Every rule of :data:`RULES` on one task's items (those with label scores); empty when
     none has them, or when its docs have different numbers of choices (no one label margin)."""
-    from lm_eval_robust.stats.margins import MarginTable
+    from lm_eval_robust.stats.margins import MarginTable, label_counts
 
     scored = [it for it in items if it.get("ll") is not None]
-    if not scored or len({len(it["ll"]) for it in scored}) > 1:
+    if not scored or len(label_counts(scored)) > 1:
         return {}  # no label scores, or docs with different numbers of choices: no margin
     flags = split_flags(MarginTable.from_items(scored), n_splits, phi, alpha)
     return {rule: summarize([flags[rule]], phi, n_resamples, confidence, seed) for rule in RULES}

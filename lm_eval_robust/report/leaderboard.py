@@ -49,7 +49,7 @@ from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.report.compare import Comparison, compare_models
 from lm_eval_robust.stats.bootstrap import bca_interval, jackknife_weights, resample_weights
 from lm_eval_robust.stats.cert_splits import RULES, RuleSummary, SplitFlags, split_flags, summarize
-from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.stats.margins import MarginTable, label_counts
 from lm_eval_robust.stats.robustness import (
     BOOTSTRAP_STATS,
     Replicates,
@@ -271,6 +271,17 @@ def stock_table(sv: StockValues) -> StockTable:
     return StockTable.from_items(sv.item_list(), sv.higher_is_better)
 
 
+def _task_stock(
+    sv: StockValues, n_resamples: int, seed: int, confidence: float
+) -> tuple[StockCells, tuple[StockValues, Replicates, StockTable]]:
+    """One task's stock metric: its row cells, and what the mean rows and the comparison read
+    (the values, their replicates, the per-example table)."""
+    st = stock_table(sv)
+    srep = _stock_replicates(st, n_resamples, seed)
+    cells = StockCells(sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence))
+    return cells, (sv, srep, st)
+
+
 def _mean_replicates(reps: Sequence[Replicates]) -> tuple[Replicates, np.ndarray]:
     """The mean over tasks: estimates, resamples and jackknife (NaN tasks left out per measure)."""
     est = np.stack([r.estimate for r in reps])  # [T, S]
@@ -344,7 +355,7 @@ def build_leaderboard(
             by_kind.setdefault(kind, []).append((task, rep, table))
             null = spread_null(items, n_permutations, seed=seed + i)
             scored = [it for it in items if it.get("ll") is not None]
-            n_choices = sorted({len(it["ll"]) for it in scored})
+            n_choices = label_counts(scored)
             if len(n_choices) > 1:  # a margin needs one label set: no certificate (a note says so)
                 notes.append(
                     f"{run.label}: {task}: certificates n/a, its docs have different numbers "
@@ -358,13 +369,10 @@ def build_leaderboard(
             certs = {r: summarize([f], phi, n_boot, confidence, seed + i) for r, f in flags.items()}
             stock: dict[str, StockCells] = {}
             if tr.stock is not None:
-                st = stock_table(tr.stock)
-                srep = _stock_replicates(st, n_resamples, seed + i)
-                stock_reps[(run.label, task)] = (tr.stock, srep, st)
-                sv = tr.stock
-                stock[sv.label] = StockCells(
-                    sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
+                cells, stock_reps[(run.label, task)] = _task_stock(
+                    tr.stock, n_resamples, seed + i, confidence
                 )
+                stock[tr.stock.label] = cells
                 stock_tasks.setdefault((run.label, kind), []).append(task)
             rows.append(
                 LeaderboardRow(
@@ -392,28 +400,24 @@ def build_leaderboard(
                 continue
             meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
             designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
-            st = stock_table(tr.stock)
-            srep = _stock_replicates(st, n_resamples, seed + len(run.tasks) + j)
-            stock_reps[(run.label, task)] = (tr.stock, srep, st)
+            cells, stock_reps[(run.label, task)] = _task_stock(
+                tr.stock, n_resamples, seed + len(run.tasks) + j, confidence
+            )
+            st = stock_reps[(run.label, task)][2]
             stock_tasks.setdefault((run.label, tr.kind), []).append(task)
             only_stock.setdefault((run.label, tr.kind), []).append(task)
             if tr.kind not in kinds_seen:
                 kinds_seen.append(tr.kind)
-            sv = tr.stock
             rows.append(
                 LeaderboardRow(
                     model=run.label,
                     kind=tr.kind,
                     task=task,
                     n_examples=st.n_examples,
-                    n_prompts=len(sv.items),
+                    n_prompts=len(tr.stock.items),
                     n_tasks=1,
                     cells=_no_cells(),
-                    stock={
-                        sv.label: StockCells(
-                            sv.metric, sv.filter, sv.listed, 1, _cells(srep, confidence)
-                        )
-                    },
+                    stock={tr.stock.label: cells},
                 )
             )
     notes += _setting_notes(runs)

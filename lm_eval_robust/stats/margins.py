@@ -34,7 +34,14 @@ import numpy as np
 from lm_eval_robust.values.complete import complete_items
 from lm_eval_robust.values.ties import is_tied, tie_credit
 
-__all__ = ["MarginTable", "estimation_mask", "pairwise_margins"]
+__all__ = ["MarginTable", "estimation_mask", "label_counts", "pairwise_margins"]
+
+
+def label_counts(items: Iterable[Mapping[str, Any]]) -> list[int]:
+    """The distinct numbers of labels (``len(ll)``) of the items with label scores, sorted. More
+    than one (BIG-bench's date_understanding: 5 or 6 choices) means no one label set: no margin
+    table (:meth:`MarginTable.from_items` refuses them), so no certificate and no BAC plan."""
+    return sorted({len(it["ll"]) for it in items if it.get("ll") is not None})
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,10 +125,10 @@ class MarginTable:
         keys = sorted(unique, key=lambda k: (k[1], k[2]))
         ids = sorted({k[1] for k in keys})
         index = {e: i for i, e in enumerate(ids)}
-        q = {len(unique[k]["ll"]) for k in keys}
+        q = label_counts(unique[k] for k in keys)
         if len(q) > 1:
-            raise ValueError(f"docs have different numbers of labels: {sorted(q)}")
-        n_q = q.pop() if q else 0
+            raise ValueError(f"docs have different numbers of labels: {q}")
+        n_q = q[0] if q else 0
         gold = np.full(len(ids), -1, dtype=np.int64)
         clean = np.full((len(ids), n_q), np.nan)
         has_clean = np.zeros(len(ids), dtype=bool)
