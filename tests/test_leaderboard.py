@@ -188,3 +188,35 @@ def test_docs_with_different_numbers_of_choices_get_no_certificate(tmp_path: Pat
 
     items = [s["bac_pert"] for s in lines]
     assert certificate_summaries(items) == {}
+
+
+def test_chance_level_per_task_and_over_tasks(tmp_path: Path) -> None:
+    """The figures' chance line: a uniform random pick's score, 1/2 on the binary task, the mean
+    of 1/labels over clean prompts where some docs have three labels, the mean of the two over
+    tasks; never 50 % where a task has more labels."""
+    run = _write_run(tmp_path, "m", skill=1.0)
+    path = next((run / "model").glob("samples_ni065_format_lb_*.jsonl"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    three = {f"e{e}" for e in range(6)}  # 6 of 24 examples with a third label
+    for s in lines:
+        if s["doc"]["example_id"] in three:
+            for key in ("bac_clean", "bac_pert"):
+                s[key]["ll"] = [*s[key]["ll"], -9.0]
+    path.write_text("".join(json.dumps(s) + "\n" for s in lines))
+    lb = build_leaderboard(label_runs([run], None), n_resamples=200, n_splits=5)
+    rows = {r.task: r for r in lb.rows}
+    assert rows["ni220_format_lb"].chance == pytest.approx(0.5)
+    mixed = (18 / 2 + 6 / 3) / 24
+    assert rows["ni065_format_lb"].chance == pytest.approx(mixed)
+    assert rows[MEAN].chance == pytest.approx((0.5 + mixed) / 2)
+
+
+def test_variant_figure_labels_wrapped_tasks_by_their_own_names() -> None:
+    from lm_eval_robust.report.leaderboard_plots import _short
+
+    assert _short("bigbench_date_understanding_multiple_choice_robust_text") == (
+        "date_understanding"
+    )
+    assert _short("bigbench_navigate_multiple_choice_robust_format_test") == "navigate"
+    assert _short("gsm8k_robust_format") == "gsm8k"
+    assert _short("ni065_format_pert") == "ni065"

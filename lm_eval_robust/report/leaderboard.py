@@ -49,7 +49,7 @@ from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.report.compare import Comparison, compare_models
 from lm_eval_robust.stats.bootstrap import bca_interval, jackknife_weights, resample_weights
 from lm_eval_robust.stats.cert_splits import RULES, RuleSummary, SplitFlags, split_flags, summarize
-from lm_eval_robust.stats.margins import MarginTable, label_counts
+from lm_eval_robust.stats.margins import MarginTable, chance_share, label_counts
 from lm_eval_robust.stats.robustness import (
     BOOTSTRAP_STATS,
     Replicates,
@@ -153,6 +153,9 @@ class LeaderboardRow:
     spread: SpreadNull | None = None  # permutation null of best/worst/median/spread
     certs: Mapping[str, RuleSummary] = field(default_factory=dict)  # rule -> rate and check
     stock: Mapping[str, StockCells] = field(default_factory=dict)  # metric label -> its cells
+    #: a uniform random pick's score (mean of 1/labels over clean prompts; over tasks in a mean
+    #: row): the chance line of the figures, not written to the tables
+    chance: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,12 @@ class Leaderboard:
                     c = r.certs.get(rule)
                     if c is not None:
                         yield kind, model, c
+
+
+def _mean_chance(rows: Sequence[LeaderboardRow], model: str, kind: str, tasks: list[str]) -> float:
+    """The mean over ``tasks`` of the model's per-task chance levels (a mean row's chance)."""
+    vals = [r.chance for r in rows if (r.model, r.kind) == (model, kind) and r.task in tasks]
+    return float(np.mean(vals)) if vals and all(math.isfinite(v) for v in vals) else math.nan
 
 
 def _base_task(task: str) -> str:
@@ -387,6 +396,7 @@ def build_leaderboard(
                     spread=null,
                     certs=certs,
                     stock=stock,
+                    chance=chance_share(items),
                 )
             )
         for kind, entries in by_kind.items():
@@ -496,6 +506,7 @@ def build_leaderboard(
                     spread=mean_null([n for n, _ in ext]),
                     certs=mean_certs,
                     stock=mean_stock,
+                    chance=_mean_chance(rows, model, kind, [t for t, _, _ in kept]),
                 )
             )
             short = [n for n, c in zip(BOOTSTRAP_STATS, n_ok, strict=True) if c < len(kept)]

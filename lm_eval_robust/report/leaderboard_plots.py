@@ -1,21 +1,24 @@
 """Leaderboard figures (Agg canvas, no pyplot state).
 
 * ``leaderboard_bac.png``: per perturbation kind, every model's clean, perturbed and worst-case
-  BAC (mean over tasks) with their clustered CIs.
+  BAC (mean over tasks) with their clustered CIs, and each model's chance level (a uniform random
+  pick: 50 % on binary tasks, less where tasks have more choices).
 * ``leaderboard_variants.png``: per kind and task, the distribution of per-variant BAC (one box per
-  model; a point per format or text-perturbation kind): the spread across prompt formats.
+  model; a point per format or text-perturbation kind): the spread across prompt formats, with
+  each task's chance level.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from lm_eval_robust.report.leaderboard import MEAN, Leaderboard
+from lm_eval_robust.report.leaderboard import MEAN, Leaderboard, LeaderboardRow
 
 __all__ = ["plot_bac", "plot_variants", "write_leaderboard_plots"]
 
@@ -31,6 +34,20 @@ def _figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _short(task: str) -> str:
+    """A task's tick label: a wrapped stock task's own name (``date_understanding`` for
+    ``bigbench_date_understanding_multiple_choice_robust_text``), else its id (``ni065``)."""
+    base = re.sub(r"_robust_(format|text)(_(train|test|holdout))?$", "", task)
+    if base != task:
+        return base.removeprefix("bigbench_").removesuffix("_multiple_choice")
+    return task.split("_", 1)[0]
+
+
+def _chance(row: LeaderboardRow | None) -> float:
+    """The row's chance level in %, NaN where unknown (no row, or no label scores)."""
+    return 100 * row.chance if row is not None and math.isfinite(row.chance) else math.nan
 
 
 def plot_bac(lb: Leaderboard, path: Path) -> None:
@@ -60,13 +77,24 @@ def plot_bac(lb: Leaderboard, path: Path) -> None:
                 color=PALETTE[j],
                 label=label,
             )
-        ax.axvline(50, color="0.6", lw=0.8, ls=":")
+        chance = [_chance(lb.row(m, kind)) for m in lb.models]
+        if any(math.isfinite(c) for c in chance):
+            ax.vlines(
+                chance,
+                y - 0.42,
+                y + 0.42,
+                color="0.45",
+                lw=1.0,
+                ls=":",
+                label="chance (random pick)",
+            )
         ax.set_yticks(y, list(lb.models))
         ax.invert_yaxis()
         ax.set_xlabel("BAC, mean over tasks (%)")
         ax.set_title(f"{kind} perturbations")
         ax.grid(axis="x", alpha=0.3)
-    axes[0].legend(loc="lower left", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
     fig.suptitle(f"Clean, perturbed and worst-case BAC ({int(100 * lb.confidence)} % CIs)")
     fig.savefig(path)
 
@@ -105,8 +133,15 @@ def plot_variants(lb: Leaderboard, path: Path) -> None:
                 patch.set_alpha(0.35)
             for p, d in zip(pos, data, strict=True):
                 ax.plot([p] * len(d), d, ".", ms=3, color=PALETTE[i % len(PALETTE)])
-        ax.set_xticks(range(len(tasks)), [t.split("_", 1)[0] for t in tasks], fontsize=8)
-        ax.axhline(50, color="0.6", lw=0.8, ls=":")
+        ax.set_xticks(
+            range(len(tasks)), [_short(t) for t in tasks], fontsize=8, rotation=25, ha="right"
+        )
+        # a task's chance level (its models share its docs): the first model's that has one
+        for t, task in enumerate(tasks):
+            levels = [_chance(lb.row(m, kind, task)) for m in lb.models]
+            level = next((c for c in levels if math.isfinite(c)), math.nan)
+            if math.isfinite(level):
+                ax.hlines(level, t - 0.45, t + 0.45, color="0.45", lw=1.0, ls=":")
         ax.set_ylabel("BAC per variant (%)")
         ax.set_title(
             f"{kind} perturbations: BAC of each "

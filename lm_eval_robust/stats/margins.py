@@ -44,6 +44,18 @@ def label_counts(items: Iterable[Mapping[str, Any]]) -> list[int]:
     return sorted({len(it["ll"]) for it in items if it.get("ll") is not None})
 
 
+def chance_share(items: Iterable[Mapping[str, Any]]) -> float:
+    """What a uniform random pick scores: the mean of 1 / (number of labels) over the clean items
+    with label scores (its accuracy; its BAC too where every doc has the same labels). NaN when no
+    clean item has label scores."""
+    shares = [
+        1.0 / len(it["ll"])
+        for it in items
+        if it.get("ll") is not None and len(it["ll"]) and int(it.get("pert_id", 0)) == 0
+    ]
+    return sum(shares) / len(shares) if shares else float("nan")
+
+
 @dataclass(frozen=True, eq=False)
 class MarginTable:
     """One task's label log-likelihoods grouped by source example.
