@@ -11,6 +11,7 @@ from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
 from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
 from lm_eval_robust.stats.margins import MarginTable, label_counts
+from lm_eval_robust.stats.robustness import RobustTable
 from lm_eval_robust.values.pairing import label_runs, pair_runs
 
 __all__ = ["K_MAX", "build_parser", "main"]
@@ -93,11 +94,10 @@ def main(argv: Sequence[str]) -> int:
         if len(runs) == 1:
             for name in sorted(runs[0].tasks):
                 if keep is None or name in keep:
+                    # a RobustTable also holds docs with different numbers of choices
                     items = runs[0].tasks[name].item_list()
-                    if len(label_counts(items)) > 1:
-                        skipped.append(name)
-                        continue
-                    rows.append(plan_drop(MarginTable.from_items(items), name, settings))
+                    table = RobustTable.from_items(items, certificates=False)
+                    rows.append(plan_drop(table, name, settings))
         else:
             paired, _ = pair_runs(runs[0], runs[1])
             for pt in paired:
@@ -114,7 +114,8 @@ def main(argv: Sequence[str]) -> int:
     if skipped:
         print(
             f"{PROG} plan: left out {', '.join(skipped)}: their docs have different numbers of "
-            "choices, so BAC has no one label set to plan for",
+            "choices, so the two runs' answers cannot be paired label by label; plan one run "
+            "at a time",
             file=sys.stderr,
         )
     if not rows:

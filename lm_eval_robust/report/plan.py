@@ -47,6 +47,7 @@ from scipy.special import ndtri
 from lm_eval_robust.report.markdown import markdown_table
 from lm_eval_robust.stats.bootstrap import bac_from_counts
 from lm_eval_robust.stats.margins import MarginTable
+from lm_eval_robust.stats.robustness import RobustTable
 
 __all__ = [
     "PlanRow",
@@ -175,13 +176,30 @@ def _row(
     )
 
 
-def plan_drop(table: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
+def _drop_inputs(table: MarginTable | RobustTable, task: str) -> tuple[np.ndarray, ...]:
+    """(gold one-hot ``[E, Q]``, clean credit ``[E]``, perturbed success rate ``[E]``, perturbed
+    counts ``[E]``), ties credited 1/k in both. A :class:`RobustTable` also holds tasks whose docs
+    have different numbers of choices (BIG-bench's date_understanding: 5 or 6), as the
+    leaderboard's BAC does; a :class:`MarginTable` needs one label set."""
+    if isinstance(table, MarginTable):
+        _check(table, task)
+        counts = table.variant_counts().astype(float)
+        var_ok = np.bincount(table.var_example, weights=table.var_correct(), minlength=len(counts))
+        return table.gold_onehot(), table.clean_correct(), var_ok / counts, counts
+    if table.n_examples < 2:
+        raise ValueError(f"{task}: the pilot needs at least 2 examples to estimate variance")
+    if not table.has_clean.all():
+        raise ValueError(f"{task}: some examples have no clean doc; plan needs clean prompts")
+    if np.any(table.pert_count == 0):
+        raise ValueError(f"{task}: some examples have no perturbed variants")
+    counts = table.pert_count.astype(float)
+    return table.onehot, table.clean_credit, table.pert_credit / counts, counts
+
+
+def plan_drop(table: MarginTable | RobustTable, task: str, settings: PlanSettings) -> PlanRow:
     """Examples needed to detect a perturbation drop ``delta_drop`` of ``settings.effect``."""
-    _check(table, task)
-    onehot, clean_ok, var_ok = table.gold_onehot(), table.clean_correct(), table.var_correct()
-    e = table.n_examples
-    counts = table.variant_counts().astype(float)
-    rate = np.bincount(table.var_example, weights=var_ok, minlength=e) / counts
+    onehot, clean_ok, rate, counts = _drop_inputs(table, task)
+    e = len(counts)
     estimate = _bac_change(onehot, clean_ok, rate)
     rng = np.random.default_rng(settings.seed)
     w = _cluster_weights(rng, settings.n_resamples, e)  # [B, E], the same for every K

@@ -107,7 +107,11 @@ class RobustTable:
         return len(self.example_ids)
 
     @classmethod
-    def from_items(cls, items: Iterable[Mapping[str, Any]]) -> RobustTable:
+    def from_items(
+        cls, items: Iterable[Mapping[str, Any]], certificates: bool = True
+    ) -> RobustTable:
+        """The table of a task's items; ``certificates=False`` leaves ``certified_h``/``_c`` NaN
+        (no certificate computed, and no note logged about them), for callers that need none."""
         rows = complete_items(list(items))
         by_ex: dict[str, list[Mapping[str, Any]]] = {}
         for r in rows:
@@ -157,7 +161,9 @@ class RobustTable:
                 col = vix[variant_of(docs[d])]
                 var_credit[i, col] += credit[d]
                 var_count[i, col] += 1
-        cert_h, cert_c = _certified(rows, ids)
+        cert_h, cert_c = (
+            _certified(rows, ids) if certificates else (np.full(e, np.nan), np.full(e, np.nan))
+        )
         onehot = np.zeros((e, q))
         onehot[np.arange(e), gold] = 1.0
         return cls(
