@@ -14,6 +14,7 @@ from lm_eval_robust.report.plan import (
     detectable_effect,
     examples_needed,
     plan_drop,
+    plan_mean,
     plan_pair,
     to_markdown,
 )
@@ -85,6 +86,39 @@ def test_standard_error_matches_the_spread_of_simulated_studies() -> None:
     assert row.se[k] == pytest.approx(truth, rel=0.2)
 
 
+def test_mean_row_error_matches_the_spread_of_simulated_mean_drops() -> None:
+    """The mean over tasks (a leaderboard's mean row): its SE at E examples per task, from one
+    pilot per task of a different size, is close to the standard deviation of the mean drop over
+    many independent studies of both tasks at E examples each; it needs fewer examples per task
+    than either task alone, and a task with no variance adds none."""
+    rng = np.random.default_rng(8)
+    e, k = 60, 4
+    truth = np.std(
+        [(_drop(*_study(rng, e, k)) + _drop(*_study(rng, e, k))) / 2 for _ in range(600)], ddof=1
+    )
+    settings = PlanSettings(ks=(k,), n_resamples=3000, seed=1, effect=5.0, budget=300)
+    rows = [
+        plan_drop(_table(*_study(np.random.default_rng(s), n, k)), f"t{s}", settings)
+        for s, n in ((21, 40), (22, 80))
+    ]
+    mean = plan_mean(rows, "mean over 2 tasks (format)", settings)
+    assert mean.n_tasks == 2 and mean.n_examples == 60
+    assert mean.estimate == pytest.approx((rows[0].estimate + rows[1].estimate) / 2)
+    assert mean.se[k] == pytest.approx(truth, rel=0.2)
+    assert mean.needed[k] < min(r.needed[k] for r in rows)
+    assert mean.detectable is not None
+    assert mean.detectable[k] == pytest.approx(settings.z * mean.se[k] * math.sqrt(60 / 60))
+    flat = plan_drop(
+        _table(np.arange(10) % 2, np.ones(10, bool), np.ones((10, k), bool)), "flat", settings
+    )
+    alone = plan_mean([rows[0], flat], "m", settings)
+    assert alone.se[k] == pytest.approx(rows[0].se[k] * math.sqrt(40 / 25) / 2)
+    text = to_markdown([*rows, mean], settings, "pilot")
+    assert "| mean over 2 tasks (format) | delta_drop |" in text and "examples *per task*" in text
+    with pytest.raises(ValueError, match="at least two tasks"):
+        plan_mean(rows[:1], "m", settings)
+
+
 def test_more_perturbations_lower_the_error_but_not_below_the_between_example_part() -> None:
     pilot = _table(*_study(np.random.default_rng(3), 60, 10))
     row = plan_drop(pilot, "sim", PlanSettings(ks=(2, 10, 200, 2000), n_resamples=3000))
@@ -154,6 +188,7 @@ def test_cli_on_run_folders(tmp_path, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli_main(["plan", str(base), "--k", "5,50", "--resamples", "500", "-o", str(out)]) == 0
     text = out.read_text()
     assert "| ni065_format_pert | delta_drop |" in text and "| ni220_format_pert |" in text
+    assert "| mean over 2 tasks (format) | delta_drop |" in text  # the two tasks' mean row
     capsys.readouterr()
     assert cli_main(["plan", str(base), str(deb), "--tasks", "ni220_format_pert"]) == 0
     printed = capsys.readouterr().out

@@ -9,7 +9,14 @@ from pathlib import Path
 from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
 from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
-from lm_eval_robust.report.plan import PlanRow, PlanSettings, plan_drop, plan_pair, to_markdown
+from lm_eval_robust.report.plan import (
+    PlanRow,
+    PlanSettings,
+    plan_drop,
+    plan_mean,
+    plan_pair,
+    to_markdown,
+)
 from lm_eval_robust.stats.margins import MarginTable, label_counts
 from lm_eval_robust.stats.robustness import RobustTable
 from lm_eval_robust.values.pairing import label_runs, pair_runs
@@ -89,6 +96,7 @@ def main(argv: Sequence[str]) -> int:
     runs = label_runs(args.runs, None)
     keep = {t.strip() for t in args.tasks.split(",")} if args.tasks else None
     rows: list[PlanRow] = []
+    kinds: dict[str, str] = {}  # task -> perturbation kind, for the mean rows
     skipped: list[str] = []
     try:
         if len(runs) == 1:
@@ -98,6 +106,7 @@ def main(argv: Sequence[str]) -> int:
                     items = runs[0].tasks[name].item_list()
                     table = RobustTable.from_items(items, certificates=False)
                     rows.append(plan_drop(table, name, settings))
+                    kinds[name] = runs[0].tasks[name].kind
         else:
             paired, _ = pair_runs(runs[0], runs[1])
             for pt in paired:
@@ -109,6 +118,7 @@ def main(argv: Sequence[str]) -> int:
                     a = MarginTable.from_items(a_items)
                     b = MarginTable.from_items(b_items)
                     rows.append(plan_pair(a, b, pt.task, settings))
+                    kinds[pt.task] = pt.base.kind
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if skipped:
@@ -122,9 +132,23 @@ def main(argv: Sequence[str]) -> int:
         if skipped:
             raise UserError("no task left to plan: every one has docs with different choices")
         raise UserError(f"no task of the run(s) matches --tasks {args.tasks}")
+    rows += _mean_rows(rows, kinds, settings)
     label = " vs ".join(r.label for r in runs)
     markdown = to_markdown(rows, settings, label)
     print(markdown)
     if args.out:
         write_text(markdown, args.out, "the plan")
     return 0
+
+
+def _mean_rows(rows: list[PlanRow], kinds: dict[str, str], settings: PlanSettings) -> list[PlanRow]:
+    """Per perturbation kind with two tasks or more, the mean over its tasks (the leaderboard's
+    mean row), sized per task."""
+    by_kind: dict[str, list[PlanRow]] = {}
+    for r in rows:
+        by_kind.setdefault(kinds.get(r.task, ""), []).append(r)
+    return [
+        plan_mean(group, f"mean over {len(group)} tasks ({kind or 'all'})", settings)
+        for kind, group in by_kind.items()
+        if len(group) > 1
+    ]

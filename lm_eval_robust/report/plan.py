@@ -55,6 +55,7 @@ __all__ = [
     "detectable_effect",
     "examples_needed",
     "plan_drop",
+    "plan_mean",
     "plan_pair",
     "to_markdown",
 ]
@@ -102,6 +103,7 @@ class PlanRow:
     se: dict[int, float]  # K -> SE at E0 examples (points)
     needed: dict[int, int]  # K -> examples for the effect
     detectable: dict[int, float] | None = None  # K -> effect detected at the budget (points)
+    n_tasks: int = 1  # > 1: the mean over that many tasks (:func:`plan_mean`), sizes per task
 
     def best_at_budget(self, budget: int) -> tuple[int, int, float]:
         """``(K, examples, effect)`` of the size that detects the smallest effect at ``budget``
@@ -158,13 +160,27 @@ def _row(
     se: dict[int, float],
     settings: PlanSettings,
 ) -> PlanRow:
-    e = int(counts.shape[0])
+    return _sized_row(
+        task, statistic, estimate, int(counts.shape[0]), float(counts.mean()), se, settings
+    )
+
+
+def _sized_row(
+    task: str,
+    statistic: str,
+    estimate: float,
+    e: int,
+    k_pilot: float,
+    se: dict[int, float],
+    settings: PlanSettings,
+    n_tasks: int = 1,
+) -> PlanRow:
     return PlanRow(
         task=task,
         statistic=statistic,
         estimate=estimate,
         n_examples=e,
-        k_pilot=float(counts.mean()),
+        k_pilot=k_pilot,
         se=se,
         needed={k: examples_needed(s, e, settings.effect, settings.z) for k, s in se.items()},
         detectable=None
@@ -173,6 +189,32 @@ def _row(
             k: detectable_effect(s, e, settings.budget // (1 + k), settings.z)
             for k, s in se.items()
         },
+        n_tasks=n_tasks,
+    )
+
+
+def plan_mean(rows: Sequence[PlanRow], name: str, settings: PlanSettings) -> PlanRow:
+    """The mean of the rows' statistic over their tasks, as a leaderboard's mean row averages
+    them: examples *per task* needed, and detected at the budget per task. Tasks are drawn
+    independently, so at ``E`` examples per task ``SE_mean(E, K) = √(Σ_t SE_t(E0_t, K)²·E0_t / E)
+    / T``; the row states it at the tasks' mean pilot size ``E0``. A task whose pilot shows no
+    variance adds none (the mean row's sizes are then a lower bound, and the table says so)."""
+    if len(rows) < 2 or len({r.statistic for r in rows}) != 1:
+        raise ValueError("a mean row needs at least two tasks of one statistic")
+    t = len(rows)
+    e0 = max(2, round(sum(r.n_examples for r in rows) / t))
+    se = {
+        k: math.sqrt(sum(r.se[k] ** 2 * r.n_examples for r in rows) / e0) / t for k in settings.ks
+    }
+    return _sized_row(
+        name,
+        rows[0].statistic,
+        sum(r.estimate for r in rows) / t,
+        e0,
+        sum(r.k_pilot for r in rows) / t,
+        se,
+        settings,
+        n_tasks=t,
     )
 
 
@@ -281,6 +323,15 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
     lines.append(markdown_table(head, cells))
     if settings.budget is not None:
         lines += ["", *_budget_section(rows, settings, settings.budget)]
+    if any(r.n_tasks > 1 for r in rows):
+        lines += [
+            "",
+            "A \"mean over N tasks\" row is the mean of its tasks' statistic, as a leaderboard's "
+            "mean row averages them: its sizes are examples *per task*, the tasks drawn "
+            "independently (SE_mean² = Σ SE_task²·E0_task / (E·T²)). A task whose pilot shows no "
+            "variance adds none, so where a mean row holds such a task its sizes are a lower "
+            "bound.",
+        ]
     if any(r.se[k] <= 0 for r in rows for k in ks):
         lines += [
             "",
@@ -310,7 +361,10 @@ def _budget_section(rows: Sequence[PlanRow], settings: PlanSettings, budget: int
                 f"{eff:.1f}" if r.se[k] > 0 else "–",
             ]
         )
-    worst = max((r.best_at_budget(budget)[2] for r in rows if min(r.se.values()) > 0), default=0)
+    worst = max(
+        (r.best_at_budget(budget)[2] for r in rows if min(r.se.values()) > 0 and r.n_tasks == 1),
+        default=0,
+    )
     return [
         f"## At a budget of {budget:,} prompts per task",
         "",
