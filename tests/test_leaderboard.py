@@ -220,3 +220,34 @@ def test_variant_figure_labels_wrapped_tasks_by_their_own_names() -> None:
     assert _short("bigbench_navigate_multiple_choice_robust_format_test") == "navigate"
     assert _short("gsm8k_robust_format") == "gsm8k"
     assert _short("ni065_format_pert") == "ni065"
+
+
+def test_a_format_task_whose_prompts_fell_back_to_text_leaves_the_format_mean(
+    tmp_path: Path,
+) -> None:
+    """A wrapped prompt whose parts cannot be found gets text perturbations: a "format" task
+    made only of those keeps its row but leaves the format mean, with a note; one made partly of
+    them stays in, with the share said."""
+    run = _write_run(tmp_path, "m", skill=1.0)
+    for task, kinds in (
+        ("ni065_format_lb", ("zero_width", "typo")),
+        ("ni220_format_lb", ("typo",)),
+    ):
+        path = next((run / "model").glob(f"samples_{task}_*.jsonl"))
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for s in lines:
+            pid = s["doc"]["pert_id"]
+            if pid > 0 and (task == "ni065_format_lb" or pid == 1):
+                s["doc"]["format_id"] = kinds[pid % len(kinds)]
+        path.write_text("".join(json.dumps(s) + "\n" for s in lines))
+    lb = build_leaderboard(label_runs([run], None), n_resamples=200, n_splits=5)
+    mean = lb.row("m", "format")
+    assert mean is not None and mean.n_tasks == 1
+    only = lb.row("m", "format", "ni220_format_lb")
+    assert only is not None and mean.cells["bac_pert"].value == only.cells["bac_pert"].value
+    assert lb.row("m", "format", "ni065_format_lb") is not None  # its row stands
+    assert any(
+        "ni065_format_lb: no prompt parts were found" in n and "left out of the format means" in n
+        for n in lb.notes
+    )
+    assert any("ni220_format_lb: 25 % of its perturbed prompts are text" in n for n in lb.notes)

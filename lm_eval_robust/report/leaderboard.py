@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ from lm_eval_robust.stats.robustness import (
 )
 from lm_eval_robust.stats.spread_null import SpreadNull, mean_null, spread_null
 from lm_eval_robust.stats.wrap_metrics import STOCK_STATS, StockTable
+from lm_eval_robust.tasks.perturb.text import TEXT_PERTURBATIONS
 from lm_eval_robust.values.pairing import PROTOCOL_KEYS, Run, StockValues, protocol_settings
 
 __all__ = [
@@ -214,6 +216,16 @@ class Leaderboard:
                         yield kind, model, c
 
 
+def format_share(items: Sequence[Mapping[str, Any]]) -> float:
+    """The share of a format task's perturbed prompts that are format changes: a wrapped prompt
+    whose parts cannot be found gets a text perturbation instead, its variant named by the text
+    kind (``zero_width``, ...). NaN when the task has no perturbed prompt."""
+    pert = [str(it.get("variant", "")) for it in items if int(it.get("pert_id", 0)) > 0]
+    if not pert:
+        return math.nan
+    return sum(v not in TEXT_PERTURBATIONS for v in pert) / len(pert)
+
+
 def _mean_chance(rows: Sequence[LeaderboardRow], model: str, kind: str, tasks: list[str]) -> float:
     """The mean over ``tasks`` of the model's per-task chance levels (a mean row's chance)."""
     vals = [r.chance for r in rows if (r.model, r.kind) == (model, kind) and r.task in tasks]
@@ -361,7 +373,23 @@ def build_leaderboard(
             items = tr.item_list()
             table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
-            by_kind.setdefault(kind, []).append((task, rep, table))
+            in_mean = True
+            if kind == "format":
+                share = format_share(items)
+                if share == 0.0:
+                    in_mean = False
+                    notes.append(
+                        f"{run.label}: {task}: no prompt parts were found, so its perturbed "
+                        "prompts are text perturbations; its row stands, left out of the format "
+                        "means and comparisons"
+                    )
+                elif share < 1.0:
+                    notes.append(
+                        f"{run.label}: {task}: {100 * (1 - share):.0f} % of its perturbed prompts "
+                        "are text perturbations (no prompt parts found in them)"
+                    )
+            if in_mean:
+                by_kind.setdefault(kind, []).append((task, rep, table))
             null = spread_null(items, n_permutations, seed=seed + i)
             scored = [it for it in items if it.get("ll") is not None]
             n_choices = label_counts(scored)
@@ -382,7 +410,8 @@ def build_leaderboard(
                     tr.stock, n_resamples, seed + i, confidence
                 )
                 stock[tr.stock.label] = cells
-                stock_tasks.setdefault((run.label, kind), []).append(task)
+                if in_mean:
+                    stock_tasks.setdefault((run.label, kind), []).append(task)
             rows.append(
                 LeaderboardRow(
                     model=run.label,
