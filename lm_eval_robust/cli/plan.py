@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lm_eval_robust.base.atomic import refuse_overwrite, run_inputs, write_text
 from lm_eval_robust.base.errors import UserError
 from lm_eval_robust.cli.args import PROG, CommandParser, check_resamples, check_seed
+from lm_eval_robust.report.leaderboard import format_share
 from lm_eval_robust.report.plan import (
     PlanRow,
     PlanSettings,
@@ -106,7 +108,7 @@ def main(argv: Sequence[str]) -> int:
                     items = runs[0].tasks[name].item_list()
                     table = RobustTable.from_items(items, certificates=False)
                     rows.append(plan_drop(table, name, settings))
-                    kinds[name] = runs[0].tasks[name].kind
+                    kinds[name] = _mean_kind(runs[0].tasks[name].kind, items)
         else:
             paired, _ = pair_runs(runs[0], runs[1])
             for pt in paired:
@@ -118,7 +120,7 @@ def main(argv: Sequence[str]) -> int:
                     a = MarginTable.from_items(a_items)
                     b = MarginTable.from_items(b_items)
                     rows.append(plan_pair(a, b, pt.task, settings))
-                    kinds[pt.task] = pt.base.kind
+                    kinds[pt.task] = _mean_kind(pt.base.kind, a_items)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if skipped:
@@ -141,14 +143,21 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _mean_kind(kind: str, items: list[dict[str, Any]]) -> str:
+    """The kind whose mean row a task joins: none ("") for a format task none of whose prompts
+    had parts to reformat (all its perturbations are text ones), as the leaderboard's means."""
+    return "" if kind == "format" and format_share(items) == 0.0 else kind
+
+
 def _mean_rows(rows: list[PlanRow], kinds: dict[str, str], settings: PlanSettings) -> list[PlanRow]:
     """Per perturbation kind with two tasks or more, the mean over its tasks (the leaderboard's
     mean row), sized per task."""
     by_kind: dict[str, list[PlanRow]] = {}
     for r in rows:
-        by_kind.setdefault(kinds.get(r.task, ""), []).append(r)
+        if kinds.get(r.task):
+            by_kind.setdefault(kinds[r.task], []).append(r)
     return [
-        plan_mean(group, f"mean over {len(group)} tasks ({kind or 'all'})", settings)
+        plan_mean(group, f"mean over {len(group)} tasks ({kind})", settings)
         for kind, group in by_kind.items()
         if len(group) > 1
     ]

@@ -330,7 +330,8 @@ def to_markdown(rows: Sequence[PlanRow], settings: PlanSettings, label: str = ""
             "mean row averages them: its sizes are examples *per task*, the tasks drawn "
             "independently (SE_mean² = Σ SE_task²·E0_task / (E·T²)). A task whose pilot shows no "
             "variance adds none, so where a mean row holds such a task its sizes are a lower "
-            "bound.",
+            "bound. As in the leaderboard, a format task none of whose prompts had parts to "
+            "reformat (its perturbations are text ones) is left out of the format mean.",
         ]
     if any(r.se[k] <= 0 for r in rows for k in ks):
         lines += [
