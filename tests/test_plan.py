@@ -263,3 +263,27 @@ def test_cli_plans_one_run_whose_docs_have_different_choices_and_leaves_out_a_pa
     pair = capsys.readouterr()
     assert "left out ni065_format_pert: their docs have different numbers" in pair.err
     assert "| ni220_format_pert |" in pair.out and "| ni065_format_pert |" not in pair.out
+
+
+def test_a_crossed_pilot_is_planned_for_the_nested_design(  # type: ignore[no-untyped-def]
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Plan treats an example's K variants as independent draws (nested); a pilot run crossed
+    gets one line and a note saying to run the chosen size nested, and a nested one neither."""
+    import json
+
+    from test_report import _runs
+
+    base, _ = _runs(tmp_path)
+    assert cli_main(["plan", str(base), "--k", "1,2", "--resamples", "200"]) == 0
+    nested = capsys.readouterr()
+    assert "crossed" not in nested.out + nested.err
+    (path,) = base.rglob("results_*.json")
+    results = json.loads(path.read_text())
+    for cfg in results["configs"].values():
+        cfg.setdefault("metadata", {})["design"] = "crossed"
+    path.write_text(json.dumps(results))
+    assert cli_main(["plan", str(base), "--k", "1,2", "--resamples", "200"]) == 0
+    crossed = capsys.readouterr()
+    assert "the pilot is crossed (2 of 2 tasks)" in crossed.err
+    assert "Design: the pilot is crossed" in crossed.out and '"design": "nested"' in crossed.out

@@ -21,7 +21,7 @@ from lm_eval_robust.report.plan import (
 )
 from lm_eval_robust.stats.margins import MarginTable, label_counts
 from lm_eval_robust.stats.robustness import RobustTable
-from lm_eval_robust.values.pairing import label_runs, pair_runs
+from lm_eval_robust.values.pairing import Run, label_runs, pair_runs
 
 __all__ = ["K_MAX", "build_parser", "main"]
 
@@ -137,10 +137,36 @@ def main(argv: Sequence[str]) -> int:
     rows += _mean_rows(rows, kinds, settings)
     label = " vs ".join(r.label for r in runs)
     markdown = to_markdown(rows, settings, label)
+    crossed = sorted(t for t in kinds if _design(runs[0], t) == "crossed")
+    if crossed:
+        print(
+            f"{PROG} plan: the pilot is crossed ({len(crossed)} of {len(kinds)} tasks); the sizes "
+            "assume the nested design: run them with design nested",
+            file=sys.stderr,
+        )
+        markdown += "\n" + CROSSED_NOTE + "\n"
     print(markdown)
     if args.out:
         write_text(markdown, args.out, "the plan")
     return 0
+
+
+#: why a size planned from a crossed pilot is run nested
+CROSSED_NOTE = (
+    "Design: the pilot is crossed (the j-th perturbation of every example is the same format or "
+    "text kind). These sizes treat an example's K variants as independent draws, which is the "
+    "nested design (each example draws its own). A crossed run at a small K measures only K "
+    "formats (text kinds) per task, the same for every example: run the size chosen here with "
+    'design nested (`--metadata \'{"design": "nested"}\'`), or crossed with K at least the '
+    "number of variants to compare."
+)
+
+
+def _design(run: Run, task: str) -> str:
+    """The task's design as its config recorded it (``crossed`` or ``nested``, the default)."""
+    tr = run.tasks.get(task)
+    meta = (tr.config.get("metadata") or {}) if tr is not None else {}
+    return str(meta.get("design", "nested")) if isinstance(meta, dict) else "nested"
 
 
 def _mean_kind(kind: str, items: list[dict[str, Any]]) -> str:
