@@ -251,3 +251,25 @@ def test_a_format_task_whose_prompts_fell_back_to_text_leaves_the_format_mean(
         for n in lb.notes
     )
     assert any("ni220_format_lb: 25 % of its perturbed prompts are text" in n for n in lb.notes)
+
+
+def test_spreads_are_na_with_one_perturbed_prompt_per_example(tmp_path: Path) -> None:
+    """K = 1 (nested): each variant is scored on other examples, and permuting variant labels
+    within examples changes nothing, so a spread cannot be told from noise: best, median, worst
+    and spread are n/a (not a p-value of 1), with a note; the drop and the rest stand."""
+    run = _write_run(tmp_path, "m", skill=1.0)
+    for path in (run / "model").glob("samples_*.jsonl"):
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        keep = [s for s in lines if s["doc"]["pert_id"] <= 1]
+        for e, s in enumerate(keep):  # each example its own format
+            if s["doc"]["pert_id"] == 1:
+                s["doc"]["format_id"] = f"f{e % 3}"
+        path.write_text("".join(json.dumps(s) + "\n" for s in keep))
+    lb = build_leaderboard(label_runs([run], None), n_resamples=200, n_splits=5)
+    for r in lb.rows:
+        for name in ("fmt_best", "fmt_median", "fmt_worst", "fmt_spread"):
+            assert np.isnan(r.cells[name].value), (r.task, name)
+        assert r.spread is not None and np.isnan(r.spread.p_value())
+        assert np.isfinite(r.cells["delta_drop"].value)
+    assert any("spread are n/a" in n and "K >= 2" in n for n in lb.notes)
+    assert "n/a" in to_markdown(lb) or "–" in to_markdown(lb)

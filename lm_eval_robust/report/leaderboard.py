@@ -254,6 +254,15 @@ def _kind(run: Run, task: str) -> str:
     return run.tasks[task].kind
 
 
+#: the columns a permutation null tests: n/a where it cannot (one perturbed prompt per example)
+SPREAD_CELLS = ("fmt_best", "fmt_median", "fmt_worst", "fmt_spread")
+
+
+def _no_spread(cells: Mapping[str, Cell]) -> dict[str, Cell]:
+    nan = Cell(math.nan, math.nan, math.nan)
+    return {k: (nan if k in SPREAD_CELLS else c) for k, c in cells.items()}
+
+
 def _cells(rep: Replicates, confidence: float) -> dict[str, Cell]:
     low, high, _ = bca_interval(rep.estimate, rep.boot, rep.jack, confidence)
     out = {}
@@ -359,6 +368,7 @@ def build_leaderboard(
     #: (model, kind) -> wrapped tasks with the stock metric only (generate_until)
     only_stock: dict[tuple[str, str], list[str]] = {}
     n_boot = min(n_resamples, 2000)
+    one_variant: set[str] = set()  # runs noted for spreads n/a at K = 1
     for run in runs:
         notes += [f"{run.label}: {n}" for n in run.notes]
         by_kind: dict[str, list[tuple[str, Replicates, RobustTable]]] = {}
@@ -391,6 +401,16 @@ def build_leaderboard(
             if in_mean:
                 by_kind.setdefault(kind, []).append((task, rep, table))
             null = spread_null(items, n_permutations, seed=seed + i)
+            row_cells = _cells(rep, confidence)
+            if not np.isfinite(null.observed).any():
+                row_cells = _no_spread(row_cells)
+                if run.label not in one_variant:
+                    one_variant.add(run.label)
+                    notes.append(
+                        f"{run.label}: best, median and worst variant and spread are n/a: each "
+                        "example has one perturbed prompt (K = 1), so no two variants are "
+                        "compared on the same examples; they need K >= 2"
+                    )
             scored = [it for it in items if it.get("ll") is not None]
             n_choices = label_counts(scored)
             if len(n_choices) > 1:  # a margin needs one label set: no certificate (a note says so)
@@ -420,7 +440,7 @@ def build_leaderboard(
                     n_examples=table.n_examples,
                     n_prompts=len(items),
                     n_tasks=1,
-                    cells=_cells(rep, confidence),
+                    cells=row_cells,
                     variants=variant_bac(items),
                     spread=null,
                     certs=certs,
@@ -531,7 +551,9 @@ def build_leaderboard(
                     n_prompts=sum(int(t.pert_count.sum() + t.has_clean.sum()) for _, _, t in kept)
                     + sum(len(stock_reps[(model, t)][0].items) for t in gen),
                     n_tasks=len(kept) + len(gen),
-                    cells=_cells(mean_rep, confidence),
+                    cells=_cells(mean_rep, confidence)
+                    if any(np.isfinite(n.observed).any() for n, _ in ext)
+                    else _no_spread(_cells(mean_rep, confidence)),
                     spread=mean_null([n for n, _ in ext]),
                     certs=mean_certs,
                     stock=mean_stock,

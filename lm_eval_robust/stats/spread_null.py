@@ -172,10 +172,19 @@ class SpreadNull:
         return out
 
 
+def computable(t: DocTable) -> bool:
+    """Whether a spread can be told from noise: some example has two perturbed prompts or more.
+    With one per example (K = 1) every variant is scored on other examples, and permuting the
+    variant labels within examples changes nothing, so best, worst, median and spread are n/a."""
+    return t.example.size > 0 and int(np.bincount(t.example).max()) >= 2
+
+
 def spread_null(
     items: Iterable[Mapping[str, Any]] | DocTable, n_permutations: int = 2000, seed: int = 0
 ) -> SpreadNull:
     t = items if isinstance(items, DocTable) else doc_table(items)
+    if not computable(t):  # one variant per example: a permutation within examples is a no-op
+        return SpreadNull(np.full(len(STATS), np.nan), np.full((1, len(STATS)), np.nan))
     observed = variant_stats(t, t.variant[None, :])[0]
     rng = np.random.default_rng(seed)
     null = np.concatenate(
