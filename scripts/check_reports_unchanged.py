@@ -188,6 +188,24 @@ def _table_checks() -> list[Check]:
             {f"{{out}}/lb/{p.name}": p for p in a15_files},
         )
     )
+    # the leaderboard at the size plan chose (results/wrap_bigbench_n40/run.sh): one results
+    # folder per model's run (the per-folder budget)
+    n40 = RESULTS / "wrap_bigbench_n40"
+    n40_runs = [
+        "runs/smollm2-135m-instruct",
+        "../wrap_bigbench_n40_gemma/runs/gemma-3-270m",
+        "../wrap_bigbench_n40_qwen0.5b/runs/qwen2.5-coder-0.5b-instruct",
+        "../wrap_bigbench_n40_qwen1.5b/runs/qwen2.5-coder-1.5b-instruct",
+    ]
+    n40_files = sorted(p for p in (n40 / "leaderboard").iterdir() if p.is_file())
+    wrap.append(
+        Check(
+            "wrap_bigbench_n40/leaderboard",
+            n40,
+            [*CLI, "leaderboard", *n40_runs, "-o", "{out}/lb", "--quiet"],
+            {f"{{out}}/lb/{p.name}": p for p in n40_files},
+        )
+    )
     gen = RESULTS / "qwen2.5-coder-1.5b_generation"
     auto = RESULTS / "qwen2.5-coder-1.5b_auto_fit"
     gsel = RESULTS / "gemma-3-270m_gen_select"

@@ -26,6 +26,16 @@ def cell(c: dict[str, Any], signed: bool = False) -> str:
     return text.replace("-", "−")
 
 
+def spread(c: dict[str, Any], null: dict[str, Any]) -> str:
+    """``spread (null mean, p)``; n/a where the leaderboard has none (one prompt per example)."""
+    if c.get("value") is None or null.get("fmt_spread_p") is None:
+        return "n/a"
+    return (
+        f"{100 * c['value']:.1f} ({100 * null['fmt_spread_null_mean']:.1f}, "
+        f"p {null['fmt_spread_p']:.2f})"
+    )
+
+
 def mean_tables(board: dict[str, Any], metric: str = "acc") -> str:
     out = []
     kinds = dict.fromkeys(r["kind"] for r in board["rows"] if r["task"] == "mean")
@@ -48,8 +58,7 @@ def mean_tables(board: dict[str, Any], metric: str = "acc") -> str:
                 f"| {r['model']} | {r['n_examples']} | {cell(st['clean'])} | {cell(st['pert'])} | "
                 f"{cell(st['drop'], True)} | {cell(m['bac_clean'])} | "
                 f"{cell(m['delta_drop'], True)} | {cell(m['bac_worst'])} | "
-                f"{cell(m['consistency'])} | {100 * m['fmt_spread']['value']:.1f} "
-                f"({100 * sn['fmt_spread_null_mean']:.1f}, p {sn['fmt_spread_p']:.2f}) |"
+                f"{cell(m['consistency'])} | {spread(m['fmt_spread'], sn)} |"
             )
         out.append("")
     return "\n".join(out)

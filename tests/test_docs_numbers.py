@@ -806,9 +806,59 @@ def _a15() -> list[str]:
     ]
 
 
+N40 = "wrap_bigbench_n40"
+
+
+def _n40() -> list[str]:
+    """results/wrap_bigbench_n40/README.md: the mean-row tables (as scripts/wrap_mean_rows.py
+    renders leaderboard.json), the chance count, the paired comparisons and the plans' ranges."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "wrap_mean_rows", ROOT / "scripts" / "wrap_mean_rows.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    board = load(f"{N40}/leaderboard/leaderboard.json")
+    tables = [x for x in mod.mean_tables(board).splitlines() if x.startswith("| ")]
+    pairs = {
+        (p["kind"], p["measure"], p["model_a"], p["model_b"]): p
+        for p in board["comparison"]["pairs"]
+    }
+    stock = {
+        (p["kind"], p["measure"], p["model_a"], p["model_b"]): p
+        for p in board["stock_comparison"]["acc"]["pairs"]
+    }
+    g, q = "gemma-3-270m", "qwen2.5-coder-1.5b-instruct"
+    dd, sd = pairs[("format", "delta_drop", g, q)], stock[("format", "drop", g, q)]
+    chance = (R / N40 / "chance.md").read_text(encoding="utf-8").splitlines()[-1]
+    n_at = re.search(r"on (\d+) of (\d+) task rows", chance)
+    assert n_at is not None
+    mean_det, ten = [], []
+    for f in sorted((R / N40).glob("plan_*.md")):
+        rows = md_rows(f"{N40}/{f.name}")
+        if f.name.startswith("plan_pilot_"):
+            continue
+        means = [r for r in rows if r[0].startswith("mean over")]
+        ten += [int(r[5]) for r in means if len(r) == 6]  # first table: examples needed, K = 1
+        mean_det += [float(r[4]) for r in means if len(r) == 5]  # budget table: detects
+    return [
+        *tables,
+        f"**Qwen 1.5B is at or below chance on {n_at.group(1)} of {n_at.group(2)} task rows**",
+        f"The difference, Gemma minus Qwen 1.5B, is {100 * dd['diff']:.1f} points of δ_drop\n"
+        f"  [{100 * dd['low']:.1f}, {100 * dd['high']:.1f}] (Holm p = {dd['p_holm']:.3f}) and "
+        f"{100 * sd['diff']:.1f} points of `acc` drop [{100 * sd['low']:.1f}, "
+        f"{100 * sd['high']:.1f}] (Holm p = {sd['p_holm']:.3f})",
+        f"rows detect {min(mean_det):.1f} to {max(mean_det):.1f} points, and a 10-point drop of "
+        f"the mean needs {min(ten)} to {max(ten)} examples per task",
+    ]
+
+
 CLAIMS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "readme": ("README.md", _readme),
     "wrap-bigbench-all15-readme": ("results/wrap_bigbench_all15/README.md", _a15),
+    "wrap-bigbench-n40-readme": ("results/wrap_bigbench_n40/README.md", _n40),
     "results-guide": ("docs/results-guide.md", _guide),
     "method-and-metrics": ("docs/method-and-metrics.md", _method),
     "leaderboard-doc": ("docs/leaderboard.md", _leaderboard_doc),

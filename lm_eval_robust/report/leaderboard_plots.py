@@ -110,16 +110,18 @@ def plot_variants(lb: Leaderboard, path: Path) -> None:
     nm = len(lb.models)
     for ax, kind in zip(axes, lb.kinds, strict=True):
         tasks = tasks_by_kind[kind]
+        drawn = False
         for i, m in enumerate(lb.models):
             data, pos = [], []
             for t, task in enumerate(tasks):
                 r = lb.row(m, kind, task)
-                if r is None or not r.variants:
-                    continue
+                if r is None or not r.variants or not math.isfinite(r.cells["fmt_spread"].value):
+                    continue  # no variants, or one prompt per example (K = 1): no spread to show
                 data.append([100 * v for v in r.variants.values()])
                 pos.append(t + (i - (nm - 1) / 2) * 0.8 / nm)
             if not data:
                 continue
+            drawn = True
             box = ax.boxplot(
                 data,
                 positions=pos,
@@ -142,6 +144,16 @@ def plot_variants(lb: Leaderboard, path: Path) -> None:
             level = next((c for c in levels if math.isfinite(c)), math.nan)
             if math.isfinite(level):
                 ax.hlines(level, t - 0.45, t + 0.45, color="0.45", lw=1.0, ls=":")
+        if not drawn:
+            ax.text(
+                0.5,
+                0.5,
+                "n/a: one perturbed prompt per example (K = 1), no two variants share an example",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="0.35",
+            )
         ax.set_ylabel("BAC per variant (%)")
         ax.set_title(
             f"{kind} perturbations: BAC of each "
