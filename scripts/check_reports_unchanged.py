@@ -109,6 +109,18 @@ def _report_check(report_json: Path) -> Check:
     return Check(str(folder.relative_to(RESULTS)), cwd, argv, outputs, folder=folder)
 
 
+def _leaderboard_check(folder: str, runs: list[str]) -> Check:
+    """``leaderboard RUNS -o leaderboard`` run in ``results/FOLDER``, every file it wrote."""
+    root = RESULTS / folder
+    files = sorted(p for p in (root / "leaderboard").iterdir() if p.is_file())
+    return Check(
+        f"{folder}/leaderboard",
+        root,
+        [*CLI, "leaderboard", *runs, "-o", "{out}/lb", "--quiet"],
+        {f"{{out}}/lb/{p.name}": p for p in files},
+    )
+
+
 def _plan_checks() -> list[Check]:
     """``plan base_run -o plan_drop.md`` and ``plan base_run run_ridge -o plan_debias.md``
     (results/protocol.sh) in each protocol folder that holds them."""
@@ -174,38 +186,18 @@ def _table_checks() -> list[Check]:
                 {f"{{out}}/lb/{p.name}": p for p in files},
             )
         )
-    # all fifteen wrapped BIG-bench tasks (results/wrap_bigbench_all15/run.sh): the Qwen runs sit
-    # in a folder of their own (the per-folder budget)
-    a15 = RESULTS / "wrap_bigbench_all15"
-    a15_runs = ["runs/smollm2-135m-instruct", "runs/gemma-3-270m"]
-    a15_runs += [f"../wrap_bigbench_all15_qwen/runs/{r}" for r in lb_runs[2:]]
-    a15_files = sorted(p for p in (a15 / "leaderboard").iterdir() if p.is_file())
-    wrap.append(
-        Check(
-            "wrap_bigbench_all15/leaderboard",
-            a15,
-            [*CLI, "leaderboard", *a15_runs, "-o", "{out}/lb", "--quiet"],
-            {f"{{out}}/lb/{p.name}": p for p in a15_files},
-        )
-    )
-    # the leaderboard at the size plan chose (results/wrap_bigbench_n40/run.sh): one results
-    # folder per model's run (the per-folder budget)
-    n40 = RESULTS / "wrap_bigbench_n40"
-    n40_runs = [
-        "runs/smollm2-135m-instruct",
-        "../wrap_bigbench_n40_gemma/runs/gemma-3-270m",
-        "../wrap_bigbench_n40_qwen0.5b/runs/qwen2.5-coder-0.5b-instruct",
-        "../wrap_bigbench_n40_qwen1.5b/runs/qwen2.5-coder-1.5b-instruct",
+    # all fifteen wrapped BIG-bench tasks: the pilot (results/wrap_bigbench_all15/run.sh) and the
+    # leaderboard at the size plan chose (results/wrap_bigbench_n40/run.sh); runs in folders of
+    # their own where the per-folder budget asks
+    pilot = ["runs/smollm2-135m-instruct", "runs/gemma-3-270m"]
+    pilot += [f"../wrap_bigbench_all15_qwen/runs/{r}" for r in lb_runs[2:]]
+    wrap.append(_leaderboard_check("wrap_bigbench_all15", pilot))
+    n40 = ["runs/smollm2-135m-instruct", "../wrap_bigbench_n40_gemma/runs/gemma-3-270m"]
+    n40 += [
+        f"../wrap_bigbench_n40_qwen{size}/runs/qwen2.5-coder-{size}-instruct"
+        for size in ("0.5b", "1.5b")
     ]
-    n40_files = sorted(p for p in (n40 / "leaderboard").iterdir() if p.is_file())
-    wrap.append(
-        Check(
-            "wrap_bigbench_n40/leaderboard",
-            n40,
-            [*CLI, "leaderboard", *n40_runs, "-o", "{out}/lb", "--quiet"],
-            {f"{{out}}/lb/{p.name}": p for p in n40_files},
-        )
-    )
+    wrap.append(_leaderboard_check("wrap_bigbench_n40", n40))
     gen = RESULTS / "qwen2.5-coder-1.5b_generation"
     auto = RESULTS / "qwen2.5-coder-1.5b_auto_fit"
     gsel = RESULTS / "gemma-3-270m_gen_select"
