@@ -205,3 +205,32 @@ def test_model_args_are_known() -> None:
                     if key and key not in names:
                         errors.append(f"{where}: {key!r} is not a debiased_hf model arg")
     assert not errors, "\n".join(errors)
+
+
+def test_output_paths_do_not_collide() -> None:
+    """The docs run in one scratch folder, in order: two runs of one model into one
+    ``--output_path`` leave two results files in its folder, which ``leaderboard`` and ``report``
+    refuse to guess between. Each documented run writes a folder of its own."""
+    seen: dict[tuple[str, str], str] = {}
+    errors = []
+    for block in _blocks():
+        for cmd in block.commands:
+            for argv in run_docs.simple_commands(cmd.run_text):
+                args = argv[1:] if argv[0] == "lm_eval" else []
+                for out in _values(args, "--output_path"):
+                    pretrained = next(
+                        (
+                            kv.split("=", 1)[1]
+                            for ma in _values(args, "--model_args")
+                            for kv in ma.split(",")
+                            if kv.startswith("pretrained=")
+                        ),
+                        "",
+                    )
+                    first = seen.setdefault((out.rstrip("/"), pretrained), cmd.source)
+                    if first != cmd.source:
+                        errors.append(
+                            f"{cmd.source}: --output_path {out} for {pretrained} "
+                            f"is also written by {first}"
+                        )
+    assert not errors, "\n".join(errors)
