@@ -19,6 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# one rendering of a cell for the README tables (the scripts folder is on sys.path when run)
+from wrap_mean_rows import cell as _cell
+
 
 def _samples(run: Path, task: str) -> Iterator[dict[str, Any]]:
     """The task's logged samples (``.jsonl`` or ``.jsonl.gz``), read as the report reads them:
@@ -49,15 +52,6 @@ def _bounds(c: dict[str, Any]) -> tuple[float, float]:
     """The interval; a cell whose resamples never vary (every prompt alike) has none: its value."""
     lo, hi = c.get("low"), c.get("high")
     return (c["value"], c["value"]) if lo is None or hi is None else (lo, hi)
-
-
-def _cell(c: dict[str, Any], signed: bool = False) -> str:
-    fmt = "{:+.1f}" if signed else "{:.1f}"
-    lo, hi = _bounds(c)
-    text = fmt.format(100 * c["value"])
-    if hi > lo:
-        text += f" [{fmt.format(100 * lo)}, {fmt.format(100 * hi)}]"
-    return text.replace("-", "−")
 
 
 def _versus_chance(clean: dict[str, Any], chance: float) -> str:

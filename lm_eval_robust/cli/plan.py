@@ -21,7 +21,7 @@ from lm_eval_robust.report.plan import (
 )
 from lm_eval_robust.stats.margins import MarginTable, label_counts
 from lm_eval_robust.stats.robustness import RobustTable
-from lm_eval_robust.values.pairing import Run, label_runs, pair_runs
+from lm_eval_robust.values.pairing import label_runs, pair_runs
 
 __all__ = ["K_MAX", "build_parser", "main"]
 
@@ -137,7 +137,9 @@ def main(argv: Sequence[str]) -> int:
     rows += _mean_rows(rows, kinds, settings)
     label = " vs ".join(r.label for r in runs)
     markdown = to_markdown(rows, settings, label)
-    crossed = sorted(t for t in kinds if _design(runs[0], t) == "crossed")
+    crossed = sorted(
+        t for t in kinds if t in runs[0].tasks and runs[0].tasks[t].design == "crossed"
+    )
     if crossed:
         print(
             f"{PROG} plan: the pilot is crossed ({len(crossed)} of {len(kinds)} tasks); the sizes "
@@ -160,13 +162,6 @@ CROSSED_NOTE = (
     'design nested (`--metadata \'{"design": "nested"}\'`), or crossed with K at least the '
     "number of variants to compare."
 )
-
-
-def _design(run: Run, task: str) -> str:
-    """The task's design as its config recorded it (``crossed`` or ``nested``, the default)."""
-    tr = run.tasks.get(task)
-    meta = (tr.config.get("metadata") or {}) if tr is not None else {}
-    return str(meta.get("design", "nested")) if isinstance(meta, dict) else "nested"
 
 
 def _mean_kind(kind: str, items: list[dict[str, Any]]) -> str:

@@ -378,8 +378,7 @@ def build_leaderboard(
             if kind == "clean":
                 notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
                 continue
-            meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
-            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
+            designs_seen.setdefault(task, set()).add(tr.design)
             items = tr.item_list()
             table = table_of(items)  # variant_bac below reads the same table
             rep = replicates(table, n_resamples, seed=seed + i)
@@ -457,8 +456,7 @@ def build_leaderboard(
             if tr.stock is None or tr.kind in ("", "clean"):
                 notes.append(f"{run.label}: {task} has no perturbed prompts; left out")
                 continue
-            meta = (tr.config.get("metadata") or {}) if isinstance(tr.config, Mapping) else {}
-            designs_seen.setdefault(task, set()).add(str(meta.get("design", "nested")))
+            designs_seen.setdefault(task, set()).add(tr.design)
             cells, stock_reps[(run.label, task)] = _task_stock(
                 tr.stock, n_resamples, seed + len(run.tasks) + j, confidence
             )

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from lm_eval_robust.report.leaderboard import MEAN, Leaderboard, LeaderboardRow
+from lm_eval_robust.tasks.wrap.names import parse as parse_variant
 
 __all__ = ["plot_bac", "plot_variants", "write_leaderboard_plots"]
 
@@ -39,9 +39,9 @@ def _figure(width: float, height: float) -> Figure:
 def _short(task: str) -> str:
     """A task's tick label: a wrapped stock task's own name (``date_understanding`` for
     ``bigbench_date_understanding_multiple_choice_robust_text``), else its id (``ni065``)."""
-    base = re.sub(r"_robust_(format|text)(_(train|test|holdout))?$", "", task)
-    if base != task:
-        return base.removeprefix("bigbench_").removesuffix("_multiple_choice")
+    variant = parse_variant(task)
+    if variant is not None:
+        return variant.base.removeprefix("bigbench_").removesuffix("_multiple_choice")
     return task.split("_", 1)[0]
 
 

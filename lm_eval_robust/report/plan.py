@@ -131,12 +131,13 @@ def detectable_effect(se0: float, e0: int, examples: int, z: float) -> float:
     return z * se0 * math.sqrt(e0 / examples)
 
 
-def _check(table: MarginTable, task: str) -> None:
-    if table.n_examples < 2:
+def _check(has_clean: np.ndarray, pert_counts: np.ndarray, task: str) -> None:
+    """A pilot plan can read: two examples or more, each with its clean doc and a perturbed one."""
+    if len(pert_counts) < 2:
         raise ValueError(f"{task}: the pilot needs at least 2 examples to estimate variance")
-    if not table.has_clean.all():
+    if not has_clean.all():
         raise ValueError(f"{task}: some examples have no clean doc; plan needs clean prompts")
-    if np.any(table.variant_counts() == 0):
+    if np.any(pert_counts == 0):
         raise ValueError(f"{task}: some examples have no perturbed variants")
 
 
@@ -224,17 +225,12 @@ def _drop_inputs(table: MarginTable | RobustTable, task: str) -> tuple[np.ndarra
     have different numbers of choices (BIG-bench's date_understanding: 5 or 6), as the
     leaderboard's BAC does; a :class:`MarginTable` needs one label set."""
     if isinstance(table, MarginTable):
-        _check(table, task)
         counts = table.variant_counts().astype(float)
+        _check(table.has_clean, counts, task)
         var_ok = np.bincount(table.var_example, weights=table.var_correct(), minlength=len(counts))
         return table.gold_onehot(), table.clean_correct(), var_ok / counts, counts
-    if table.n_examples < 2:
-        raise ValueError(f"{task}: the pilot needs at least 2 examples to estimate variance")
-    if not table.has_clean.all():
-        raise ValueError(f"{task}: some examples have no clean doc; plan needs clean prompts")
-    if np.any(table.pert_count == 0):
-        raise ValueError(f"{task}: some examples have no perturbed variants")
     counts = table.pert_count.astype(float)
+    _check(table.has_clean, counts, task)
     return table.onehot, table.clean_credit, table.pert_credit / counts, counts
 
 
@@ -257,7 +253,7 @@ def plan_drop(table: MarginTable | RobustTable, task: str, settings: PlanSetting
 def plan_pair(base: MarginTable, other: MarginTable, task: str, settings: PlanSettings) -> PlanRow:
     """Examples needed to detect a change of perturbed BAC (``delta_pert``) between two runs of
     the same docs, resampling each variant's joint outcome so the pairing is kept."""
-    _check(base, task)
+    _check(base.has_clean, base.variant_counts(), task)
     if not (
         np.array_equal(base.example_ids, other.example_ids)
         and np.array_equal(base.var_example, other.var_example)

@@ -118,6 +118,13 @@ class TaskRun:
     def item_list(self) -> list[dict[str, Any]]:
         return [self.items[k] for k in sorted(self.items)]
 
+    @property
+    def design(self) -> str:
+        """The design its config recorded (``crossed``, or ``nested``: the default)."""
+        cfg = self.config if isinstance(self.config, Mapping) else {}
+        meta = cfg.get("metadata") or {}
+        return str(meta.get("design", "nested")) if isinstance(meta, Mapping) else "nested"
+
 
 @dataclass(frozen=True, eq=False)
 class Run:
