@@ -410,6 +410,24 @@ CASES: list[Case] = [
         prefix=REP,
     ),
     Case(
+        "report-task-config-is-a-list",
+        (r"the config of ni065_format_pert is a list, not an object", r"rerun the task"),
+        argv=lambda w: ["report", str(w / "run"), *QUIET, "-o", str(w / "rep")],
+        setup=lambda w, fp, mp: _write(
+            _results(w), '{"results": {}, "configs": {"ni065_format_pert": []}}'
+        ),
+        prefix=REP,
+    ),
+    Case(
+        "plan-task-metadata-is-a-string",
+        (r"the 'metadata' of ni065_format_pert's config is a str, not an object", r"rerun"),
+        argv=lambda w: ["plan", str(w / "run")],
+        setup=lambda w, fp, mp: _write(
+            _results(w),
+            '{"results": {}, "configs": {"ni065_format_pert": {"metadata": "crossed"}}}',
+        ),
+    ),
+    Case(
         "report-samples-line-is-a-list",
         (r"samples_.*\.jsonl:1: a JSON list, not a sample object", r"--log_samples"),
         argv=lambda w: ["report", str(w / "run"), *QUIET, "-o", str(w / "rep")],

@@ -200,6 +200,22 @@ def read_results(results_file: Path) -> dict[str, Any]:
                 f"{results_file}: '{key}' is a {type(results[key]).__name__}, not an object; "
                 "the file is not as lm_eval writes it: rerun the task"
             )
+    for task, cfg in (results.get("configs") or {}).items():
+        if not isinstance(cfg, dict):
+            bad = f"the config of {task} is a {type(cfg).__name__}"
+        else:
+            keys = ("metadata", "dataset_kwargs")
+            wrong = [k for k in keys if cfg.get(k) is not None and not isinstance(cfg[k], dict)]
+            bad = (
+                f"the '{wrong[0]}' of {task}'s config is a {type(cfg[wrong[0]]).__name__}"
+                if wrong
+                else ""
+            )
+        if bad:
+            raise NoResultsError(
+                f"{results_file}: {bad}, not an object; the file is not as lm_eval writes it: "
+                "rerun the task"
+            )
     return results
 
 
